@@ -1,0 +1,1 @@
+"""Benchmark: tasks, templates, noise injectors, the Clean–Noise pair builder."""

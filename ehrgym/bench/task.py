@@ -1,0 +1,194 @@
+"""The task record (DESIGN.md §2) and its JSONL form.
+
+A task is one question with everything needed to run and verify it. The clean task and its
+noisy twin share ``pair_id``. ``gold_sql`` yields the expected answer on the task's own
+evidence (for recoverable noise: the robust SQL); ``naive_sql`` is the clean gold SQL rendered
+for this task's question — what a credulous agent runs.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from ehrgym.bench.answers import AnswerSpec
+from ehrgym.db.overlay import Overlay
+from ehrgym.errors import OverlayError, TaskFormatError
+from ehrgym.vocab import ABSTAIN_REASONS, INTENTS, LEVELS, NOISE_SUBTYPES, SPLITS, VARIANTS
+
+TASK_FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Expected:
+    """``kind='answer'`` with a typed ``value``, or ``kind='abstain'`` with a ``reason`` code."""
+
+    kind: str
+    answer: AnswerSpec
+    value: Any = None
+    reason: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind == "answer":
+            if self.value is None:
+                raise TaskFormatError("an 'answer' expectation needs a value")
+        elif self.kind == "abstain":
+            if self.reason not in ABSTAIN_REASONS:
+                raise TaskFormatError(f"abstention reason {self.reason!r} is not one of {ABSTAIN_REASONS}")
+        else:
+            raise TaskFormatError(f"expected.kind must be 'answer' or 'abstain', got {self.kind!r}")
+
+    @property
+    def is_abstain(self) -> bool:
+        return self.kind == "abstain"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "value": self.value, "reason": self.reason, "answer": self.answer.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Expected":
+        if not isinstance(data, dict) or "kind" not in data or "answer" not in data:
+            raise TaskFormatError(f"'expected' must hold kind and answer, got {data!r}")
+        return cls(data["kind"], AnswerSpec.from_dict(data["answer"]), data.get("value"), data.get("reason"))
+
+
+@dataclass(frozen=True)
+class NoiseSpec:
+    """What was corrupted: level, subtype, the overlay and/or the question edit."""
+
+    level: str
+    subtype: str
+    overlay: Overlay = field(default_factory=Overlay)
+    question_edit: dict[str, Any] | None = None  # {"from": ..., "to": ..., "kind": ...}
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if NOISE_SUBTYPES.get(self.subtype) != self.level:
+            raise TaskFormatError(f"noise subtype {self.subtype!r} does not belong to level {self.level!r}; "
+                                  f"known: {NOISE_SUBTYPES}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"level": self.level, "subtype": self.subtype, "overlay": self.overlay.to_dict(),
+                "question_edit": self.question_edit, "description": self.description}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> "NoiseSpec | None":
+        if data is None:
+            return None
+        try:
+            return cls(data["level"], data["subtype"], Overlay.from_dict(data.get("overlay")),
+                       data.get("question_edit"), data.get("description", ""))
+        except KeyError as exc:
+            raise TaskFormatError(f"noise spec lacks {exc}") from exc
+        except OverlayError as exc:
+            raise TaskFormatError(f"noise overlay: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class Task:
+    task_id: str
+    pair_id: str
+    variant: str
+    intent: str
+    level: str
+    template_id: str
+    question: str
+    gold_sql: str
+    naive_sql: str
+    expected: Expected
+    noise: NoiseSpec | None
+    split: str
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.variant not in VARIANTS:
+            problems.append(f"variant {self.variant!r} not in {VARIANTS}")
+        if self.intent not in INTENTS:
+            problems.append(f"intent {self.intent!r} not in {INTENTS}")
+        if self.level not in LEVELS:
+            problems.append(f"level {self.level!r} not in {LEVELS}")
+        if self.split not in SPLITS:
+            problems.append(f"split {self.split!r} not in {SPLITS}")
+        if (self.variant == "noise") != (self.noise is not None):
+            problems.append("a noise task needs a noise spec and a clean task must not have one")
+        if not self.question.strip():
+            problems.append("empty question")
+        if problems:
+            raise TaskFormatError(f"task {self.task_id!r}: " + "; ".join(problems))
+
+    @property
+    def overlay(self) -> Overlay:
+        return self.noise.overlay if self.noise else Overlay()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format_version": TASK_FORMAT_VERSION,
+            "task_id": self.task_id, "pair_id": self.pair_id, "variant": self.variant,
+            "intent": self.intent, "level": self.level, "template_id": self.template_id,
+            "question": self.question, "gold_sql": self.gold_sql, "naive_sql": self.naive_sql,
+            "expected": self.expected.to_dict(),
+            "noise": self.noise.to_dict() if self.noise else None,
+            "split": self.split, "meta": self.meta,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Task":
+        if not isinstance(data, dict):
+            raise TaskFormatError(f"a task is a JSON object, got {type(data).__name__}")
+        required = ["task_id", "pair_id", "variant", "intent", "level", "template_id", "question",
+                    "gold_sql", "naive_sql", "expected", "split"]
+        missing = [k for k in required if k not in data]
+        if missing:
+            raise TaskFormatError(f"task {data.get('task_id', '?')!r} lacks fields {missing}")
+        version = data.get("format_version", TASK_FORMAT_VERSION)
+        if version != TASK_FORMAT_VERSION:
+            raise TaskFormatError(f"task format version {version} is not supported (this kit reads "
+                                  f"{TASK_FORMAT_VERSION}); rebuild the benchmark with `ehrgym bench build`")
+        return cls(
+            task_id=str(data["task_id"]), pair_id=str(data["pair_id"]), variant=data["variant"],
+            intent=data["intent"], level=data["level"], template_id=str(data["template_id"]),
+            question=str(data["question"]), gold_sql=str(data["gold_sql"]), naive_sql=str(data["naive_sql"]),
+            expected=Expected.from_dict(data["expected"]), noise=NoiseSpec.from_dict(data.get("noise")),
+            split=data["split"], meta=dict(data.get("meta") or {}),
+        )
+
+
+def task_to_json(task: Task) -> str:
+    return json.dumps(task.to_dict(), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def write_tasks_jsonl(tasks: Iterable[Task], path: str | Path) -> None:
+    with open(path, "w", encoding="utf-8", newline="\n") as fh:
+        for task in tasks:
+            fh.write(task_to_json(task) + "\n")
+
+
+def iter_tasks_jsonl(path: str | Path) -> Iterator[Task]:
+    path = Path(path)
+    if not path.exists():
+        raise TaskFormatError(f"task file {path} does not exist; build one with `ehrgym bench build`")
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise TaskFormatError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from exc
+            try:
+                yield Task.from_dict(data)
+            except TaskFormatError as exc:
+                raise TaskFormatError(f"{path}:{lineno}: {exc}") from exc
+
+
+def load_tasks_jsonl(path: str | Path) -> list[Task]:
+    tasks = list(iter_tasks_jsonl(path))
+    seen: set[str] = set()
+    for t in tasks:
+        if t.task_id in seen:
+            raise TaskFormatError(f"{path}: duplicate task_id {t.task_id!r}")
+        seen.add(t.task_id)
+    return tasks

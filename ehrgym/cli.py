@@ -1,0 +1,55 @@
+"""``ehrgym`` command line: one group per pipeline stage (db, bench, eval, report, train)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from ehrgym import __version__
+from ehrgym.errors import EhrGymError
+
+# stage name -> module exposing a click group called ``group``
+STAGES: dict[str, str] = {
+    "db": "ehrgym.db.cli",
+    "bench": "ehrgym.bench.cli",
+    "eval": "ehrgym.eval.cli",
+    "report": "ehrgym.report.cli",
+}
+
+
+class StageGroup(click.Group):
+    """Loads each stage's commands lazily so `ehrgym db …` does not import the LLM stack."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(STAGES)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        module = STAGES.get(name)
+        if module is None:
+            return None
+        return importlib.import_module(module).group
+
+
+@click.group(cls=StageGroup)
+@click.version_option(__version__, prog_name="ehrgym")
+def cli() -> None:
+    """EHR-RobustGym: Clean–Noise benchmarks and episodes over MIMIC-IV-shaped DuckDB databases."""
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except EhrGymError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Database layer: MIMIC-IV schema, connections, overlays, synthetic hospital, MIMIC-IV loader."""

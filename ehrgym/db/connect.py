@@ -1,0 +1,77 @@
+"""Opening kit databases, bookkeeping (``ehrgym_meta``) and content hashing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from ehrgym.db.schema import EXPOSED_SCHEMAS, META_SCHEMA, mimic_schema, search_path_sql
+from ehrgym.errors import DatabaseError
+
+
+def open_database(path: str | Path, read_only: bool = True) -> duckdb.DuckDBPyConnection:
+    """Open a kit database with the MIMIC-IV search path (``labevents`` resolves unqualified)."""
+    path = Path(path)
+    if read_only and not path.exists():
+        raise DatabaseError(f"database {path} does not exist; build one with `ehrgym db synth --out {path}` "
+                            f"or `ehrgym db load-mimic DIR --out {path}`")
+    try:
+        con = duckdb.connect(str(path), read_only=read_only)
+    except duckdb.Error as exc:
+        raise DatabaseError(f"cannot open {path} as a DuckDB database: {exc}") from exc
+    con.execute(search_path_sql())
+    return con
+
+
+def attach_base(con: duckdb.DuckDBPyConnection, path: str | Path, alias: str = "base") -> None:
+    """Attach a kit database read-only under ``alias`` (used by overlays and episodes)."""
+    path = Path(path)
+    if not path.exists():
+        raise DatabaseError(f"database {path} does not exist")
+    con.execute(f"ATTACH '{path.as_posix()}' AS {alias} (READ_ONLY)")
+
+
+def write_meta(con: duckdb.DuckDBPyConnection, info: dict[str, Any]) -> None:
+    """Replace the bookkeeping record (agents never see this schema)."""
+    con.execute(f"CREATE SCHEMA IF NOT EXISTS {META_SCHEMA}")
+    con.execute(f"CREATE OR REPLACE TABLE {META_SCHEMA}.build_info (key VARCHAR, value VARCHAR)")
+    rows = [(k, json.dumps(v, sort_keys=True)) for k, v in sorted(info.items())]
+    con.executemany(f"INSERT INTO {META_SCHEMA}.build_info VALUES (?, ?)", rows)
+
+
+def read_meta(con: duckdb.DuckDBPyConnection, catalog: str | None = None) -> dict[str, Any]:
+    prefix = f"{catalog}." if catalog else ""
+    try:
+        rows = con.execute(f"SELECT key, value FROM {prefix}{META_SCHEMA}.build_info ORDER BY key").fetchall()
+    except duckdb.CatalogException as exc:
+        raise DatabaseError("this database has no ehrgym bookkeeping; it was not built by "
+                            "`ehrgym db synth` or `ehrgym db load-mimic`") from exc
+    return {k: json.loads(v) for k, v in rows}
+
+
+def table_row_counts(con: duckdb.DuckDBPyConnection, catalog: str | None = None) -> dict[str, int]:
+    prefix = f"{catalog}." if catalog else ""
+    return {name: con.execute(f"SELECT count(*) FROM {prefix}{spec.qualified}").fetchone()[0]
+            for name, spec in mimic_schema().items()}
+
+
+def content_hash(con: duckdb.DuckDBPyConnection, catalog: str | None = None) -> str:
+    """Order-independent digest of every row of the 31 tables (duplicates count)."""
+    import hashlib
+
+    prefix = f"{catalog}." if catalog else ""
+    digest = hashlib.sha256()
+    for name, spec in mimic_schema().items():
+        cols = ", ".join(f'"{c}"' for c in spec.column_names)
+        count, total = con.execute(
+            f"SELECT count(*), coalesce(sum(hash({cols})::HUGEINT), 0) FROM {prefix}{spec.qualified}"
+        ).fetchone()
+        digest.update(f"{name}:{count}:{total};".encode())
+    return digest.hexdigest()
+
+
+def exposed_schemas() -> tuple[str, ...]:
+    return EXPOSED_SCHEMAS

@@ -1,0 +1,1 @@
+"""Episode environment: overlays, SQL gate, Python worker, verifier, trajectories, Gymnasium."""
