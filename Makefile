@@ -1,0 +1,44 @@
+# EHR-RobustGym — the two commands a new user runs:
+#   make reproduce   build the default database + benchmark, run the baselines, regenerate tables/figures
+#   make test        run the test suite (what CI runs)
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.ehrgym-installed
+
+# reproduce parameters (override on the command line: make reproduce PATIENTS=500 SOURCE=demo)
+SOURCE ?= synthetic
+PATIENTS ?= 2000
+SEED ?= 0
+CONFIG ?= paper
+K ?= 4
+WORKERS ?= 2
+MIMIC_DIR ?= ../shared/mimic-iv-demo-2.2
+DATA := data
+
+.PHONY: venv test reproduce llm-smoke bench clean-data
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+reproduce: $(STAMP)
+	$(BIN)/python -m ehrgym.pipeline --source $(SOURCE) --patients $(PATIENTS) --seed $(SEED) \
+		--config $(CONFIG) --k $(K) --workers $(WORKERS) --mimic-dir "$(MIMIC_DIR)" --data $(DATA)
+
+llm-smoke: $(STAMP)
+	$(BIN)/python scripts/llm_smoke.py
+
+bench: $(STAMP)
+	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean-data:
+	rm -rf $(DATA)/*.duckdb $(DATA)/bench $(DATA)/runs $(DATA)/notebooks
