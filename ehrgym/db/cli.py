@@ -31,12 +31,19 @@ def synth(patients: int, seed: int, out: Path, force: bool) -> None:
 @click.argument("source", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True)
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
-def load_mimic_cmd(source: Path, out: Path, force: bool) -> None:
+@click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar.")
+def load_mimic_cmd(source: Path, out: Path, force: bool, progress: bool) -> None:
     """Load PhysioNet's MIMIC-IV (v2.2+) or the demo from SOURCE (hosp/*.csv.gz, icu/*.csv.gz)."""
-    from ehrgym.db.info import database_info, format_info
-    from ehrgym.db.mimic import load_mimic
+    import warnings
 
-    load_mimic(source, out, overwrite=force)
+    from ehrgym.db.info import database_info, format_info
+    from ehrgym.db.mimic import MimicLoadWarning, load_mimic
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", MimicLoadWarning)
+        load_mimic(source, out, progress=progress, overwrite=force)
+    for warning in caught:
+        click.echo(f"warning: {warning.message}", err=True)
     click.echo(format_info(database_info(out)))
 
 

@@ -20,11 +20,22 @@ def database_info(path: str | Path) -> dict[str, Any]:
     return {"path": str(path), "size_bytes": Path(path).stat().st_size, **meta, "row_counts": counts}
 
 
+CORE_KEYS: tuple[str, ...] = ("source", "release", "seed", "patients", "build_seconds", "content_hash")
+
+
 def format_info(info: dict[str, Any]) -> str:
+    """Human-readable summary: bookkeeping (``-`` where a key does not apply, e.g. the seed of a
+    loaded MIMIC-IV) and per-table row counts."""
     lines = [f"database      {info['path']} ({info['size_bytes'] / 2**20:.1f} MiB)"]
-    for key in ("source", "release", "seed", "patients", "build_seconds", "content_hash"):
-        if key in info:
-            lines.append(f"{key:<13} {info[key]}")
+    for key in CORE_KEYS:
+        lines.append(f"{key:<13} {info.get(key, '-')}")
+    if "rows_validated" in info:
+        mismatches = info.get("count_mismatches") or []
+        state = "yes" if info["rows_validated"] and not mismatches else (
+            f"{len(mismatches)} mismatch(es)" if mismatches else "no (release not recognised)")
+        lines.append(f"{'validated':<13} {state}")
+    if info.get("missing_tables"):
+        lines.append(f"{'missing':<13} {', '.join(info['missing_tables'])} (created empty)")
     lines.append("")
     lines.append(f"{'table':<32} {'rows':>14}")
     total = 0
