@@ -43,3 +43,7 @@ class AgentError(EhrGymError):
 
 class InfrastructureError(EhrGymError):
     """A model server or other infrastructure failed after retries (not a wrong answer)."""
+
+
+class ResultsError(EhrGymError):
+    """Run directories cannot be read as results (missing ``episodes.jsonl``, bad records)."""
