@@ -1,0 +1,649 @@
+"""The ICU module: ``chartevents``, ``inputevents``, ``ingredientevents``, ``outputevents``,
+``procedureevents``, ``datetimeevents`` and ``d_items``.
+
+Vitals are charted on the hour inside each stay (arterial pressure when an arterial line is in,
+ventilator settings while ventilated, temperature and GCS every four hours…); infusions run as
+contiguous segments inside their physiological window (vasopressors during shock, propofol during
+ventilation); lines, catheters and ventilation appear as procedure events whose insertion times
+are echoed by date-time events. Every row lies inside its ICU stay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ehrgym.db.items import ItemRef, item_reference
+from ehrgym.db.synth.common import DAY, HOUR, MINUTE, NAT, ceil_to, expand, uniform_int
+from ehrgym.db.synth.conditions import CONDITIONS
+from ehrgym.db.synth.timeline import Cohort
+from ehrgym.db.synth.writer import TableData, cat, floats, ints, ts
+
+HR, ABPS, ABPD, ABPM, NBPS, NBPD, NBPM = 220045, 220050, 220051, 220052, 220179, 220180, 220181
+RR, SPO2, PEEP, GLU_SERUM, GCS_EYE, TEMP_F, TEMP_C = 220210, 220277, 220339, 220621, 220739, 223761, 223762
+FIO2, GCS_VERBAL, GCS_MOTOR, DAILY_WEIGHT, RR_TOTAL, GLU_FS = 223835, 223900, 223901, 224639, 224690, 225664
+ADM_WEIGHT, HEIGHT = 226512, 226730
+D5W, PHENYLEPHRINE, NOREPINEPHRINE, PROPOFOL, NACL, VANCOMYCIN = 220949, 221749, 221906, 222168, 225158, 225798
+FOLEY, VOID = 226559, 226560
+
+# Items the reference does not list but the ICU tables need: (itemid, label, abbreviation, linksto, category,
+# unitname, param_type)
+EXTRA_ITEMS: tuple[tuple[int, str, str, str, str, str | None, str], ...] = (
+    (220046, "Heart rate Alarm - High", "HR Alarm - High", "chartevents", "Alarms", "bpm", "Numeric"),
+    (220047, "Heart Rate Alarm - Low", "HR Alarm - Low", "chartevents", "Alarms", "bpm", "Numeric"),
+    (220048, "Heart Rhythm", "Heart Rhythm", "chartevents", "Routine Vital Signs", None, "Text"),
+    (223751, "Non-Invasive Blood Pressure Alarm - High", "NBP Alarm - High", "chartevents", "Alarms", "mmHg", "Numeric"),
+    (223752, "Non-Invasive Blood Pressure Alarm - Low", "NBP Alarm - Low", "chartevents", "Alarms", "mmHg", "Numeric"),
+    (223769, "O2 Saturation Pulseoxymetry Alarm - High", "SpO2 Alarm - High", "chartevents", "Alarms", "%", "Numeric"),
+    (223770, "O2 Saturation Pulseoxymetry Alarm - Low", "SpO2 Alarm - Low", "chartevents", "Alarms", "%", "Numeric"),
+    (224161, "Resp Alarm - High", "Resp Alarm - High", "chartevents", "Alarms", "insp/min", "Numeric"),
+    (224162, "Resp Alarm - Low", "Resp Alarm - Low", "chartevents", "Alarms", "insp/min", "Numeric"),
+    (220490, "Water", "H2O", "ingredientevents", "Ingredients", "mL", "Ingredient"),
+    (226060, "Calories", "Calories", "ingredientevents", "Ingredients", "Kcal", "Ingredient"),
+    (224275, "20 Gauge", "20 Gauge", "procedureevents", "Access Lines - Peripheral", None, "Processes"),
+    (224277, "18 Gauge", "18 Gauge", "procedureevents", "Access Lines - Peripheral", None, "Processes"),
+    (225752, "Arterial Line", "Arterial Line", "procedureevents", "Access Lines - Invasive", None, "Processes"),
+    (224263, "Multi Lumen", "Multi Lumen", "procedureevents", "Access Lines - Invasive", None, "Processes"),
+    (225792, "Invasive Ventilation", "Invasive Ventilation", "procedureevents", "2-Ventilation", None, "Processes"),
+    (225459, "Chest X-Ray", "Chest X-Ray", "procedureevents", "5-Imaging", None, "Processes"),
+    (225402, "EKG", "EKG", "procedureevents", "4-Procedures", None, "Processes"),
+    (225401, "Blood Cultured", "Blood Cultured", "procedureevents", "6-Cultures", None, "Processes"),
+    (225454, "Urine Culture", "Urine Culture", "procedureevents", "6-Cultures", None, "Processes"),
+    (229351, "Foley Catheter", "Indwelling Urinary Catheter", "procedureevents", "GI/GU", None, "Processes"),
+    (225441, "Hemodialysis", "Hemodialysis", "procedureevents", "4-Procedures", None, "Processes"),
+    (225754, "20 Gauge Insertion Date", "20 Gauge Insertion Date", "datetimeevents", "Access Lines - Peripheral", None,
+     "Date and time"),
+    (225755, "18 Gauge Insertion Date", "18 Gauge Insertion Date", "datetimeevents", "Access Lines - Peripheral", None,
+     "Date and time"),
+    (224288, "Arterial line Insertion Date", "Arterial line Insertion Date", "datetimeevents",
+     "Access Lines - Invasive", None, "Date and time"),
+    (224287, "Arterial Line Dressing Change", "Arterial Line Dressing Change", "datetimeevents",
+     "Access Lines - Invasive", None, "Date and time"),
+    (224280, "Multi Lumen Insertion Date", "Multi Lumen Insertion Date", "datetimeevents", "Access Lines - Invasive",
+     None, "Date and time"),
+    (224279, "Multi Lumen Dressing Change", "Multi Lumen Dressing Change", "datetimeevents",
+     "Access Lines - Invasive", None, "Date and time"),
+    (229352, "Foley Cath Insertion Date", "Indwelling Urinary Cath Insertion Date", "datetimeevents", "GI/GU", None,
+     "Date and time"),
+)
+
+ABBREVIATIONS: dict[int, str] = {
+    HR: "HR", ABPS: "ABPs", ABPD: "ABPd", ABPM: "ABPm", NBPS: "NBPs", NBPD: "NBPd", NBPM: "NBPm", RR: "RR",
+    SPO2: "SpO2", GCS_EYE: "Eye Opening", TEMP_F: "Temperature F", TEMP_C: "Temperature C", FIO2: "FiO2",
+    GCS_VERBAL: "Verbal Response", GCS_MOTOR: "Motor Response", GLU_FS: "Glucose FS (range 70 -100)",
+}
+PARAM_TYPES = {"chartevents": "Numeric", "inputevents": "Solution", "outputevents": "Numeric"}
+NORMALS: dict[int, tuple[float, float]] = {ABPS: (90, 140), ABPD: (60, 90)}
+TEXT_ITEMS = {GCS_EYE, GCS_VERBAL, GCS_MOTOR}
+# Units the kit stores for reference items whose MIMIC unitname is missing or 'None'
+UNIT_OVERRIDES: dict[int, str | None] = {GLU_SERUM: "mg/dL", GLU_FS: "mg/dL", FIO2: None}
+
+GCS_TEXT: dict[int, tuple[str, ...]] = {  # index = score - 1
+    GCS_EYE: ("No Response", "To Pain", "To Speech", "Spontaneously"),
+    GCS_VERBAL: ("No Response", "Incomprehensible sounds", "Inappropriate Words", "Confused", "Oriented"),
+    GCS_MOTOR: ("No response", "Abnormal extension", "Abnormal Flexion", "Flex-withdraws", "Localizes Pain",
+                "Obeys Commands"),
+}
+RHYTHMS = ("SR (Sinus Rhythm)", "ST (Sinus Tachycardia)", "AF (Atrial Fibrillation)", "SB (Sinus Bradycardia)")
+
+
+def item_unit(ref: ItemRef) -> str | None:
+    if ref.itemid in UNIT_OVERRIDES:
+        return UNIT_OVERRIDES[ref.itemid]
+    return ref.unit if ref.unit.strip() and ref.unit != "None" else None
+
+
+def item_decimals(itemid: int) -> int:
+    return 1 if itemid in (TEMP_F, TEMP_C, DAILY_WEIGHT, ADM_WEIGHT) else 0
+
+
+@dataclass
+class Stays:
+    """Per-ICU-stay arrays (length S) the generators share."""
+    adm: np.ndarray
+    stay_id: np.ndarray
+    subject_id: np.ndarray
+    hadm_id: np.ndarray
+    intime: np.ndarray
+    outtime: np.ndarray
+    vent: np.ndarray
+    vent_start: np.ndarray
+    vent_end: np.ndarray
+    shock: np.ndarray
+    shock_start: np.ndarray
+    shock_end: np.ndarray
+    artline: np.ndarray
+    foley: np.ndarray
+    celsius: np.ndarray
+    weight: np.ndarray
+    height: np.ndarray
+    base: dict[str, np.ndarray]
+    has: Callable[[str], np.ndarray]
+    caregivers: np.ndarray
+    cg_offset: np.ndarray
+
+
+def _stays(rng: np.random.Generator, c: Cohort) -> Stays:
+    a = c.stays
+    S = a.size
+    shifts = {key: np.zeros(S) for key in ("hr", "sbp", "dbp", "map", "rr", "spo2", "temp", "glucose", "gcs")}
+    for k, cond in enumerate(CONDITIONS):
+        on = c.cond[a, k]
+        for key, v in cond.chart_shift.items():
+            shifts[key] = shifts[key] + on * v
+    base = {
+        "hr": rng.normal(84, 11, S) + shifts["hr"],
+        "sbp": rng.normal(121, 14, S) + shifts["sbp"] + shifts["map"],
+        "dbp": rng.normal(64, 8, S) + shifts["dbp"] + shifts["map"] * 0.7,
+        "rr": rng.normal(18, 2.5, S) + shifts["rr"],
+        "spo2": rng.normal(96.5, 1.2, S) + shifts["spo2"],
+        "temp": rng.normal(36.9, 0.3, S) + shifts["temp"],
+        "glucose": rng.normal(125, 18, S) + shifts["glucose"],
+        "gcs": np.minimum(15, rng.normal(14.6, 0.8, S) + shifts["gcs"]),
+    }
+    return Stays(
+        adm=a, stay_id=c.stay_id[a], subject_id=c.subject_id[c.pat[a]], hadm_id=c.hadm_id[a],
+        intime=c.icu_in[a], outtime=c.icu_out[a], vent=c.vent[a], vent_start=c.vent_start[a],
+        vent_end=c.vent_end[a], shock=c.shock[a], shock_start=c.shock_start[a], shock_end=c.shock_end[a],
+        artline=c.vent[a] | c.shock[a] | (rng.random(S) < 0.2), foley=rng.random(S) < 0.8,
+        celsius=rng.random(S) < 0.2, weight=c.weight_kg[c.pat[a]], height=c.height_cm[c.pat[a]], base=base,
+        has=lambda key: c.has(key)[a], caregivers=c.caregivers, cg_offset=rng.integers(0, c.caregivers.size, S),
+    )
+
+
+def _caregiver(st: Stays, s: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Nurses work 12-hour shifts: the same caregiver charts a stay within a shift."""
+    return st.caregivers[(st.cg_offset[s] + (t // (12 * HOUR))) % st.caregivers.size]
+
+
+def _in_window(t: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    return (start != NAT) & (t >= start) & (t < end)
+
+
+# ------------------------------------------------------------------ chartevents
+
+def chartevents(rng: np.random.Generator, st: Stays) -> TableData:
+    first = ceil_to(st.intime, HOUR)
+    n_slots = np.maximum((st.outtime - MINUTE - first) // HOUR + 1, 0)
+    s, k = expand(n_slots)
+    t = first[s] + k * HOUR
+    hod = (t // HOUR) % 24
+    shock_now = _in_window(t, st.shock_start[s], st.shock_end[s])
+    vent_now = _in_window(t, st.vent_start[s], st.vent_end[s])
+    n = s.size
+    rows_s, rows_t, rows_item, rows_val, rows_text = [], [], [], [], []
+
+    def emit(mask: np.ndarray, itemid: int, values: np.ndarray, text: np.ndarray | None = None) -> None:
+        idx = np.flatnonzero(mask)
+        rows_s.append(s[idx])
+        rows_t.append(t[idx])
+        rows_item.append(np.full(idx.size, itemid))
+        rows_val.append(values[idx])
+        rows_text.append(np.full(idx.size, -1) if text is None else text[idx])
+
+    hr = np.clip(st.base["hr"][s] + 10 * shock_now + rng.normal(0, 6, n), 35, 190).round()
+    sbp = np.clip(st.base["sbp"][s] - 22 * shock_now + rng.normal(0, 9, n), 60, 230)
+    dbp = np.clip(np.minimum(st.base["dbp"][s] - 12 * shock_now + rng.normal(0, 6, n), sbp - 20), 25, 140)
+    mbp = (sbp + 2 * dbp) / 3
+    rr = np.clip(st.base["rr"][s] + rng.normal(0, 2.5, n), 6, 50).round()
+    spo2 = np.clip(st.base["spo2"][s] + 1.5 * vent_now + rng.normal(0, 1.3, n), 82, 100).round()
+    everyone = np.ones(n, dtype=bool)
+    emit(everyone, HR, hr)
+    emit(everyone, RR, rr)
+    emit(everyone, SPO2, spo2)
+    art = st.artline[s]
+    nbp_slot = ~art | (hod % 4 == 0)
+    emit(art, ABPS, sbp.round())
+    emit(art, ABPD, dbp.round())
+    emit(art, ABPM, mbp.round())
+    nsbp = np.clip(sbp + rng.normal(0, 4, n), 60, 230).round()
+    ndbp = np.clip(dbp + rng.normal(0, 3, n), 25, 140).round()
+    emit(nbp_slot, NBPS, nsbp)
+    emit(nbp_slot, NBPD, ndbp)
+    emit(nbp_slot, NBPM, ((nsbp + 2 * ndbp) / 3).round())
+    emit(vent_now, RR_TOTAL, np.clip(rr + rng.integers(0, 4, n), 8, 45))
+    emit(vent_now & (hod % 2 == 0), FIO2, np.clip(40 + 5 * np.round(rng.normal(0, 2, n)) + 10 * shock_now, 30, 100))
+    emit(vent_now & (hod % 4 == 0), PEEP, np.array([5.0, 8.0, 10.0, 12.0])[rng.integers(0, 4, n)])
+    # temperature (one unit per item: a stay is charted in °F or in °C)
+    temp_c = np.clip(st.base["temp"][s] + rng.normal(0, 0.3, n), 34.5, 41.5)
+    four = hod % 4 == 0
+    emit(four & ~st.celsius[s], TEMP_F, np.round(temp_c * 9 / 5 + 32, 1))
+    emit(four & st.celsius[s], TEMP_C, np.round(temp_c, 1))
+    # GCS every four hours; intubated patients' verbal score is 1
+    gcs = np.clip(st.base["gcs"][s] - 4 * vent_now + rng.normal(0, 0.7, n), 3, 15)
+    eye = np.clip(np.round(1 + (gcs - 3) / 12 * 3), 1, 4)
+    motor = np.clip(np.round(1 + (gcs - 3) / 12 * 5 + 0.3), 1, 6)
+    verbal = np.where(vent_now, 1, np.clip(np.round(gcs - eye - motor), 1, 5))
+    gcs_slot = hod % 4 == 2
+    emit(gcs_slot, GCS_EYE, eye, eye.astype(np.int64) - 1)
+    emit(gcs_slot, GCS_VERBAL, verbal, 4 + verbal.astype(np.int64) - 1)
+    emit(gcs_slot, GCS_MOTOR, motor, 9 + motor.astype(np.int64) - 1)
+    # heart rhythm every two hours (text only)
+    af = st.has("atrial_fibrillation")[s]
+    rhythm = np.where(af, 2, np.where(hr > 100, 1, np.where(hr < 55, 3, 0)))
+    emit(hod % 2 == 0, 220048, np.full(n, np.nan), 15 + rhythm)
+    # glucose: finger sticks every six hours, serum twice a day
+    glucose = np.clip(st.base["glucose"][s] + rng.normal(0, 25, n), 40, 600).round()
+    emit(hod % 6 == 5, GLU_FS, glucose)
+    emit(hod % 12 == 4, GLU_SERUM, np.clip(glucose + rng.normal(0, 8, n), 40, 600).round())
+    # alarm limits every four hours
+    alarm = hod % 4 == 1
+    for itemid, value in ((220046, 120.0), (220047, 50.0), (223751, 160.0), (223752, 90.0), (223769, 100.0),
+                          (223770, 90.0), (224161, 35.0), (224162, 8.0)):
+        emit(alarm, itemid, np.full(n, value))
+    # weights and height
+    k_first = k == 0
+    emit(k_first, ADM_WEIGHT, np.round(st.weight[s], 1))
+    emit(k_first & (rng.random(n) < 0.6), HEIGHT, st.height[s])
+    emit((hod == 4) & (k > 0), DAILY_WEIGHT, np.round(st.weight[s] * (1 + 0.002 * k / 24) + rng.normal(0, 0.6, n), 1))
+
+    ss = np.concatenate(rows_s)
+    tt = np.concatenate(rows_t)
+    item = np.concatenate(rows_item)
+    val = np.concatenate(rows_val)
+    text = np.concatenate(rows_text)
+    order = np.lexsort((item, tt, ss))
+    ss, tt, item, val, text = ss[order], tt[order], item[order], val[order], text[order]
+    m = ss.size
+    # text and unit columns
+    text_labels = list(GCS_TEXT[GCS_EYE] + GCS_TEXT[GCS_VERBAL] + GCS_TEXT[GCS_MOTOR] + RHYTHMS)
+    refs = item_reference()
+    unit_items = sorted(set(item.tolist()))
+    unit_label = [item_unit(refs[i]) if i in refs else _extra_unit(i) for i in unit_items]
+    unit_idx = np.searchsorted(np.array(unit_items), item)
+    decimals = np.array([item_decimals(i) for i in unit_items])[unit_idx]
+    store = np.minimum(tt + uniform_int(rng, 0, 40, m) * MINUTE, st.outtime[ss])
+    return TableData("chartevents", {
+        "subject_id": ints(st.subject_id[ss]),
+        "hadm_id": ints(st.hadm_id[ss]),
+        "stay_id": ints(st.stay_id[ss]),
+        "caregiver_id": ints(_caregiver(st, ss, tt)),
+        "charttime": ts(tt),
+        "storetime": ts(store),
+        "itemid": ints(item),
+        "text_value": cat(text, text_labels),
+        "valuenum": floats(np.nan_to_num(val), null=np.isnan(val)),
+        "dec": ints(decimals),
+        "valueuom": cat(unit_idx, unit_label),
+        "warning": ints(np.zeros(m, dtype=np.int64)),
+    }, exprs={"value": "CASE WHEN text_value IS NOT NULL THEN CAST(text_value AS VARCHAR) "
+                       "WHEN dec = 0 THEN CAST(CAST(valuenum AS BIGINT) AS VARCHAR) "
+                       "ELSE CAST(valuenum AS VARCHAR) END"})
+
+
+def _extra_unit(itemid: int) -> str | None:
+    for row in EXTRA_ITEMS:
+        if row[0] == itemid:
+            return row[5]
+    raise KeyError(itemid)
+
+
+# ------------------------------------------------------------------ inputevents / ingredientevents
+
+@dataclass(frozen=True)
+class Infusion:
+    itemid: int
+    window: str            # 'stay', 'shock', 'vent'
+    p: float               # probability for an eligible stay
+    segment_h: tuple[int, int]
+    rate: tuple[float, float]
+    rate_uom: str | None   # None: intermittent doses (amount only)
+    amount_uom: str
+    weight_based: bool
+    ml_per_amount: float   # volume of the ingredient water per unit of amount
+    category: str
+    secondary: str | None
+    description: str
+    bag: float
+    condition: str | None = None
+    every_h: int = 0       # intermittent dosing interval
+
+
+MAX_DOSING_WEIGHT = 120.0  # kg; weight-based drips are dosed on at most this weight
+
+
+def max_amount(inf: Infusion) -> float:
+    """Largest amount one row of this infusion can carry (checked against the item's plausible bounds)."""
+    if inf.rate_uom is None:
+        return 1.0
+    hours = inf.segment_h[1]
+    if inf.weight_based:
+        return inf.rate[1] * MAX_DOSING_WEIGHT * hours * 60 / 1000
+    return inf.rate[1] * hours
+
+
+INFUSIONS: tuple[Infusion, ...] = (
+    Infusion(NACL, "stay", 0.7, (2, 6), (50, 150), "mL/hour", "mL", False, 1.0, "02-Fluids (Crystalloids)", None,
+             "Continuous IV", 1000),
+    Infusion(D5W, "stay", 0.2, (3, 8), (20, 75), "mL/hour", "mL", False, 1.0, "02-Fluids (Crystalloids)", None,
+             "Continuous IV", 1000),
+    Infusion(NOREPINEPHRINE, "shock", 1.0, (1, 1), (0.02, 0.3), "mcg/kg/min", "mg", True, 31.25, "01-Drips",
+             "02-Fluids (Crystalloids)", "Continuous Med", 250),
+    Infusion(PHENYLEPHRINE, "shock", 0.35, (1, 1), (0.3, 2.0), "mcg/kg/min", "mg", True, 4.0, "01-Drips",
+             "02-Fluids (Crystalloids)", "Continuous Med", 250),
+    Infusion(PROPOFOL, "vent", 0.9, (1, 1), (10, 30), "mcg/kg/min", "mg", True, 0.1, "01-Drips", None,
+             "Continuous Med", 100),
+    Infusion(VANCOMYCIN, "stay", 0.9, (0, 0), (1, 1), None, "dose", False, 250.0, "08-Antibiotics (IV)",
+             "02-Fluids (Crystalloids)", "Drug Push", 250, condition="sepsis", every_h=12),
+)
+
+
+def inputevents(rng: np.random.Generator, st: Stays) -> tuple[TableData, TableData]:
+    S = st.adm.size
+    parts = []
+    for inf_idx, inf in enumerate(INFUSIONS):
+        if inf.window == "shock":
+            w0, w1, ok = st.shock_start, st.shock_end, st.shock
+        elif inf.window == "vent":
+            w0, w1, ok = st.vent_start, st.vent_end, st.vent
+        else:
+            w0 = st.intime + uniform_int(rng, 10, 120, S) * MINUTE
+            w1 = st.outtime - uniform_int(rng, 0, 120, S) * MINUTE
+            ok = w1 - w0 > HOUR
+        eligible = ok & (rng.random(S) < inf.p)
+        if inf.condition:
+            eligible &= st.has(inf.condition)
+        sel = np.flatnonzero(eligible)
+        if inf.every_h:  # intermittent doses, one minute each
+            step = np.full(sel.size, inf.every_h * HOUR)
+        else:
+            step = uniform_int(rng, inf.segment_h[0] * 60, inf.segment_h[1] * 60, sel.size) * MINUTE
+        n_seg = np.maximum((w1[sel] - w0[sel] - 1) // step + 1, 0)
+        j, k = expand(n_seg)
+        s = sel[j]
+        start = w0[s] + k * step[j]
+        end = start + MINUTE if inf.every_h else np.minimum(start + step[j], w1[s])
+        first_mask = k == 0
+        rate_base = inf.rate[0] + rng.random(S) * (inf.rate[1] - inf.rate[0])
+        rate = np.clip(rate_base[s] * np.exp(rng.normal(0, 0.15, s.size)), inf.rate[0], inf.rate[1])
+        hours = (end - start) / HOUR
+        dosing_weight = np.minimum(st.weight[s], MAX_DOSING_WEIGHT)
+        if inf.rate_uom is None:
+            amount = np.ones(s.size)
+            rate_out = np.full(s.size, np.nan)
+        elif inf.weight_based:
+            amount = rate * dosing_weight * hours * 60 / 1000
+            rate_out = rate
+        else:
+            amount = rate * hours
+            rate_out = rate
+        rate_out = np.round(rate_out, 4)
+        amount = np.round(amount, 4)
+        last = np.zeros(s.size, dtype=bool)
+        last[:-1] = j[1:] != j[:-1]
+        if s.size:
+            last[-1] = True
+        parts.append((s, np.full(s.size, inf_idx), start, end, amount, rate_out, last, first_mask))
+    s = np.concatenate([p[0] for p in parts])
+    inf = np.concatenate([p[1] for p in parts])
+    start = np.concatenate([p[2] for p in parts])
+    end = np.concatenate([p[3] for p in parts])
+    amount = np.concatenate([p[4] for p in parts])
+    rate = np.concatenate([p[5] for p in parts])
+    last = np.concatenate([p[6] for p in parts])
+    first = np.concatenate([p[7] for p in parts])
+    n = s.size
+    orderid = rng.permutation(n) * 5 + 10_000_000 + rng.integers(0, 5, n)
+    # linkorderid: the orderid of the first segment of the same (stay, infusion) run
+    run = np.cumsum(first) - 1
+    link = orderid[np.flatnonzero(first)][run]
+    order = np.lexsort((inf, start, s))
+    s, inf, start, end, amount, rate, last, orderid, link = (x[order] for x in (s, inf, start, end, amount, rate,
+                                                                                  last, orderid, link))
+    store = np.minimum(end + uniform_int(rng, 0, 30, n) * MINUTE, st.outtime[s])
+    store = np.maximum(store, start)
+    spec = INFUSIONS
+    status = np.where(np.array([x.every_h > 0 for x in spec])[inf] | last | (rate != rate), 0, 1)
+    item = np.array([x.itemid for x in spec])[inf]
+    is_rate = ~np.isnan(rate)
+    inputs = TableData("inputevents", {
+        "subject_id": ints(st.subject_id[s]),
+        "hadm_id": ints(st.hadm_id[s]),
+        "stay_id": ints(st.stay_id[s]),
+        "caregiver_id": ints(_caregiver(st, s, start)),
+        "starttime": ts(start),
+        "endtime": ts(end),
+        "storetime": ts(store),
+        "itemid": ints(item),
+        "amount": floats(amount),
+        "amountuom": cat(inf, [x.amount_uom for x in spec]),
+        "rate": floats(np.nan_to_num(rate), null=~is_rate),
+        "rateuom": cat(inf, [x.rate_uom for x in spec]),
+        "orderid": ints(orderid),
+        "linkorderid": ints(link),
+        "ordercategoryname": cat(inf, [x.category for x in spec]),
+        "secondaryordercategoryname": cat(inf, [x.secondary for x in spec]),
+        "ordercomponenttypedescription": cat(np.zeros(n, dtype=np.int64), ["Main order parameter"]),
+        "ordercategorydescription": cat(inf, [x.description for x in spec]),
+        "patientweight": floats(st.weight[s]),
+        "totalamount": floats(np.array([x.bag for x in spec], dtype=float)[inf]),
+        "totalamountuom": cat(np.zeros(n, dtype=np.int64), ["ml"]),
+        "isopenbag": ints(np.zeros(n, dtype=np.int64)),
+        "continueinnextdept": ints(np.zeros(n, dtype=np.int64)),
+        "statusdescription": cat(status, ["FinishedRunning", "ChangeDose/Rate"]),
+        "originalamount": floats(amount),
+        "originalrate": floats(np.nan_to_num(rate), null=~is_rate),
+    })
+    # ingredients: the water of every input; dextrose bags also carry calories
+    water = np.round(amount * np.array([x.ml_per_amount for x in spec])[inf], 4)
+    dextrose = item == D5W
+    ing_idx = np.concatenate([np.arange(n), np.flatnonzero(dextrose)])
+    ing_item = np.concatenate([np.full(n, 220490), np.full(int(dextrose.sum()), 226060)])
+    ing_amount = np.concatenate([water, np.round(water[dextrose] * 0.17, 4)])
+    hours = np.maximum((end - start) / HOUR, 1 / 60)
+    ing_rate = np.where(ing_item == 220490, np.round(water[ing_idx] / hours[ing_idx], 4), np.nan)
+    o = np.lexsort((ing_item, start[ing_idx], s[ing_idx]))
+    ing_idx, ing_item, ing_amount, ing_rate = ing_idx[o], ing_item[o], ing_amount[o], ing_rate[o]
+    is_water = ing_item == 220490
+    ingredients = TableData("ingredientevents", {
+        "subject_id": ints(st.subject_id[s][ing_idx]),
+        "hadm_id": ints(st.hadm_id[s][ing_idx]),
+        "stay_id": ints(st.stay_id[s][ing_idx]),
+        "caregiver_id": ints(_caregiver(st, s[ing_idx], start[ing_idx])),
+        "starttime": ts(start[ing_idx]),
+        "endtime": ts(end[ing_idx]),
+        "storetime": ts(store[ing_idx]),
+        "itemid": ints(ing_item),
+        "amount": floats(ing_amount),
+        "amountuom": cat(np.where(is_water, 0, 1), ["ml", "Kcal"]),
+        "rate": floats(np.nan_to_num(ing_rate), null=~is_water),
+        "rateuom": cat(np.where(is_water, 0, -1), ["mL/hour"]),
+        "orderid": ints(orderid[ing_idx]),
+        "linkorderid": ints(link[ing_idx]),
+        "statusdescription": cat(status[ing_idx], ["FinishedRunning", "ChangeDose/Rate"]),
+        "originalamount": floats(ing_amount),
+        "originalrate": floats(np.nan_to_num(ing_rate), null=~is_water),
+    })
+    return inputs, ingredients
+
+
+# ------------------------------------------------------------------ outputevents
+
+def outputevents(rng: np.random.Generator, st: Stays) -> TableData:
+    every = np.where(st.foley, HOUR, 5 * HOUR)
+    first = ceil_to(st.intime, HOUR) + every
+    n = np.maximum((st.outtime - first) // every + 1, 0)
+    j, k = expand(n)
+    t = first[j] + k * every[j]
+    aki = st.has("aki")[j]
+    per_hour = np.exp(rng.normal(np.log(65), 0.45, j.size)) * np.where(aki, 0.4, 1.0)
+    value = np.clip(np.round(per_hour * every[j] / HOUR), 0, 1500)
+    item = np.where(st.foley[j], FOLEY, VOID)
+    store = np.minimum(t + uniform_int(rng, 0, 30, j.size) * MINUTE, st.outtime[j])
+    return TableData("outputevents", {
+        "subject_id": ints(st.subject_id[j]),
+        "hadm_id": ints(st.hadm_id[j]),
+        "stay_id": ints(st.stay_id[j]),
+        "caregiver_id": ints(_caregiver(st, j, t)),
+        "charttime": ts(t),
+        "storetime": ts(store),
+        "itemid": ints(item),
+        "value": floats(value),
+        "valueuom": cat(np.zeros(j.size, dtype=np.int64), ["mL"]),
+    })
+
+
+# ------------------------------------------------------------------ procedureevents / datetimeevents
+
+# itemid -> (ordercategoryname, ordercategorydescription, is continuous, location category)
+PROCEDURE_ITEMS: dict[int, tuple[str, str, bool, str | None]] = {
+    224275: ("Peripheral Lines", "ContinuousProcess", True, "Peripheral"),
+    224277: ("Peripheral Lines", "ContinuousProcess", True, "Peripheral"),
+    225752: ("Invasive Lines", "ContinuousProcess", True, "Invasive Arterial"),
+    224263: ("Invasive Lines", "ContinuousProcess", True, "Invasive Venous"),
+    225792: ("Ventilation", "ContinuousProcess", True, None),
+    229351: ("GI/GU", "ContinuousProcess", True, None),
+    225441: ("Procedures", "ContinuousProcess", True, None),
+    225459: ("Imaging", "Task", False, None),
+    225402: ("Procedures", "Task", False, None),
+    225401: ("Cultures", "Task", False, None),
+    225454: ("Cultures", "Task", False, None),
+}
+LOCATIONS = ("Left Antecubital", "Right Antecubital", "Left Forearm", "Right Forearm", "Left Radial", "Right Radial",
+             "Right Internal Jugular", "Left Subclavian")
+# procedure item -> (insertion-date item, dressing-change item or 0)
+LINE_DATES: dict[int, tuple[int, int]] = {224275: (225754, 0), 224277: (225755, 0), 225752: (224288, 224287),
+                                          224263: (224280, 224279), 229351: (229352, 0)}
+
+
+def procedures(rng: np.random.Generator, st: Stays) -> tuple[TableData, TableData]:
+    S = st.adm.size
+    span = st.outtime - st.intime
+    rules: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def add(itemid: int, mask: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
+        start = np.clip(start, st.intime, st.outtime - 2 * MINUTE)
+        end = np.clip(end, start + MINUTE, st.outtime)
+        rules.append((itemid, mask, start - start % MINUTE, end - end % MINUTE))
+
+    early = st.intime + uniform_int(rng, 5, 90, S) * MINUTE
+    add(224275, np.ones(S, dtype=bool), early, early + uniform_int(rng, 24 * 60, 96 * 60, S) * MINUTE)
+    add(224277, rng.random(S) < 0.5, early + 30 * MINUTE, st.outtime - uniform_int(rng, 0, 120, S) * MINUTE)
+    add(225752, st.artline, early + 60 * MINUTE, st.outtime - uniform_int(rng, 30, 240, S) * MINUTE)
+    central = np.where(st.shock, st.shock_start - 30 * MINUTE, early + 120 * MINUTE)
+    add(224263, st.shock | (rng.random(S) < 0.15), central, st.outtime - uniform_int(rng, 30, 240, S) * MINUTE)
+    add(225792, st.vent, np.where(st.vent, st.vent_start, st.intime), np.where(st.vent, st.vent_end, st.outtime))
+    add(229351, st.foley, early + 15 * MINUTE, st.outtime - uniform_int(rng, 10, 120, S) * MINUTE)
+    dialysis_t = st.intime + np.minimum(DAY, span // 2)
+    add(225441, st.has("aki") & (rng.random(S) < 0.25) & (span > 8 * HOUR), dialysis_t, dialysis_t + 4 * HOUR)
+    add(225459, st.vent | (rng.random(S) < 0.4), early + 20 * MINUTE, early + 21 * MINUTE)
+    add(225402, rng.random(S) < 0.5, early + 40 * MINUTE, early + 41 * MINUTE)
+    add(225401, st.has("sepsis"), early + 10 * MINUTE, early + 11 * MINUTE)
+    add(225454, st.has("uti") | st.has("sepsis") & (rng.random(S) < 0.5), early + 25 * MINUTE, early + 26 * MINUTE)
+
+    s = np.concatenate([np.flatnonzero(r[1]) for r in rules])
+    item = np.concatenate([np.full(int(r[1].sum()), r[0]) for r in rules])
+    start = np.concatenate([r[2][r[1]] for r in rules])
+    end = np.concatenate([r[3][r[1]] for r in rules])
+    order = np.lexsort((item, start, s))
+    s, item, start, end = s[order], item[order], start[order], end[order]
+    n = s.size
+    item_keys = sorted(PROCEDURE_ITEMS)
+    ii = np.searchsorted(np.array(item_keys), item)
+    continuous = np.array([PROCEDURE_ITEMS[i][2] for i in item_keys])[ii]
+    value = np.where(continuous, (end - start) / MINUTE, 1.0)
+    loc_cat = [PROCEDURE_ITEMS[i][3] for i in item_keys]
+    has_loc = np.array([x is not None for x in loc_cat])[ii]
+    location = np.where(has_loc, np.where(item == 225752, 4 + rng.integers(0, 2, n),
+                                          np.where(item == 224263, 6 + rng.integers(0, 2, n), rng.integers(0, 4, n))),
+                        -1)
+    orderid = rng.permutation(n) * 3 + 80_000_000 + rng.integers(0, 3, n)
+    store = np.minimum(end + uniform_int(rng, 0, 60, n) * MINUTE, st.outtime[s])
+    store = np.maximum(store, end)
+    proc = TableData("procedureevents", {
+        "subject_id": ints(st.subject_id[s]),
+        "hadm_id": ints(st.hadm_id[s]),
+        "stay_id": ints(st.stay_id[s]),
+        "caregiver_id": ints(_caregiver(st, s, start)),
+        "starttime": ts(start),
+        "endtime": ts(end),
+        "storetime": ts(store),
+        "itemid": ints(item),
+        "value": floats(value),
+        "valueuom": cat(np.where(continuous, 0, -1), ["min"]),
+        "location": cat(location, LOCATIONS),
+        "locationcategory": cat(np.where(has_loc, ii, -1), [x or "" for x in loc_cat]),
+        "orderid": ints(orderid),
+        "linkorderid": ints(orderid),
+        "ordercategoryname": cat(ii, [PROCEDURE_ITEMS[i][0] for i in item_keys]),
+        "ordercategorydescription": cat(ii, [PROCEDURE_ITEMS[i][1] for i in item_keys]),
+        "patientweight": floats(st.weight[s]),
+        "isopenbag": ints(np.zeros(n, dtype=np.int64)),
+        "continueinnextdept": ints(np.zeros(n, dtype=np.int64)),
+        "statusdescription": cat(np.zeros(n, dtype=np.int64), ["FinishedRunning"]),
+        "ORIGINALAMOUNT": floats(value),
+        "ORIGINALRATE": floats(np.ones(n)),
+    })
+
+    # datetimeevents: insertion dates re-charted every 12 h while the line is in; dressing changes daily
+    line = np.isin(item, list(LINE_DATES))
+    ls, litem, lstart, lend = s[line], item[line], start[line], end[line]
+    first = ceil_to(lstart, 12 * HOUR) + 8 * HOUR
+    first = np.where(first - 12 * HOUR >= lstart, first - 12 * HOUR, first)
+    n_chart = np.maximum((lend - first) // (12 * HOUR) + 1, 0)
+    j, k = expand(n_chart)
+    chart = first[j] + k * 12 * HOUR
+    ins_item = np.array([LINE_DATES[i][0] for i in litem.tolist()], dtype=np.int64)
+    dress_item = np.array([LINE_DATES[i][1] for i in litem.tolist()], dtype=np.int64)
+    dressing = (dress_item[j] > 0) & (k % 2 == 1)
+    d_s = np.concatenate([ls[j], ls[j][dressing]])
+    d_item = np.concatenate([ins_item[j], dress_item[j][dressing]])
+    d_chart = np.concatenate([chart, chart[dressing]])
+    d_value = np.concatenate([lstart[j], np.maximum(chart[dressing] - uniform_int(rng, 0, 180, int(dressing.sum()))
+                                                    * MINUTE, lstart[j][dressing])])
+    d_value = d_value - d_value % MINUTE
+    o = np.lexsort((d_item, d_chart, d_s))
+    d_s, d_item, d_chart, d_value = d_s[o], d_item[o], d_chart[o], d_value[o]
+    nd = d_s.size
+    dtev = TableData("datetimeevents", {
+        "subject_id": ints(st.subject_id[d_s]),
+        "hadm_id": ints(st.hadm_id[d_s]),
+        "stay_id": ints(st.stay_id[d_s]),
+        "caregiver_id": ints(_caregiver(st, d_s, d_chart)),
+        "charttime": ts(d_chart),
+        "storetime": ts(np.minimum(d_chart + uniform_int(rng, 0, 20, nd) * MINUTE, st.outtime[d_s])),
+        "itemid": ints(d_item),
+        "value": ts(d_value),
+        "valueuom": cat(np.zeros(nd, dtype=np.int64), ["Date and Time"]),
+        "warning": ints(np.zeros(nd, dtype=np.int64)),
+    })
+    return proc, dtev
+
+
+# ------------------------------------------------------------------ d_items
+
+def d_items_table() -> TableData:
+    rows = []
+    for ref in item_reference().values():
+        if ref.table in ("chartevents", "inputevents", "outputevents"):
+            param = "Text" if ref.itemid in TEXT_ITEMS else PARAM_TYPES[ref.table]
+            lo, hi = NORMALS.get(ref.itemid, (None, None))
+            rows.append((ref.itemid, ref.label, ABBREVIATIONS.get(ref.itemid, ref.label), ref.table, ref.group,
+                         item_unit(ref), param, lo, hi))
+    for itemid, label, abbr, linksto, category, unit, param in EXTRA_ITEMS:
+        rows.append((itemid, label, abbr, linksto, category, unit, param, None, None))
+    rows.sort(key=lambda r: r[0])
+    n = len(rows)
+    idx = np.arange(n)
+    lo = np.array([np.nan if r[7] is None else r[7] for r in rows])
+    hi = np.array([np.nan if r[8] is None else r[8] for r in rows])
+    return TableData("d_items", {
+        "itemid": ints(np.array([r[0] for r in rows])),
+        "label": cat(idx, [r[1] for r in rows]),
+        "abbreviation": cat(idx, [r[2] for r in rows]),
+        "linksto": cat(idx, [r[3] for r in rows]),
+        "category": cat(idx, [r[4] for r in rows]),
+        "unitname": cat(idx, [r[5] for r in rows]),
+        "param_type": cat(idx, [r[6] for r in rows]),
+        "lownormalvalue": floats(np.nan_to_num(lo), null=np.isnan(lo)),
+        "highnormalvalue": floats(np.nan_to_num(hi), null=np.isnan(hi)),
+    })
+
+
+def generate(rng: np.random.Generator, c: Cohort) -> list[TableData]:
+    st = _stays(rng, c)
+    inputs, ingredients = inputevents(rng, st)
+    proc, dtev = procedures(rng, st)
+    return [d_items_table(), chartevents(rng, st), inputs, ingredients, outputevents(rng, st), proc, dtev]
