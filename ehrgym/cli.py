@@ -14,6 +14,7 @@ from ehrgym.errors import EhrGymError
 STAGES: dict[str, str] = {
     "db": "ehrgym.db.cli",
     "bench": "ehrgym.bench.cli",
+    "env": "ehrgym.env.cli",
     "eval": "ehrgym.eval.cli",
     "report": "ehrgym.report.cli",
 }

@@ -92,7 +92,7 @@ def parse_datetime(value: Any) -> str:
     if isinstance(value, dt.date):
         return dt.datetime(value.year, value.month, value.day).isoformat(sep=" ")
     text = _scalar_text(value).replace("T", " ").rstrip("Z")
-    for fmt in ("%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d", "%Y/%m/%d %H:%M:%S", "%Y/%m/%d %H:%M",
+    for fmt in ("%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d", "%Y/%m/%d %H:%M:%S", "%Y/%m/%d %H:%M", "%Y/%m/%d",
                 "%Y-%m-%d %H:%M:%S.%f"):
         try:
             return dt.datetime.strptime(text, fmt).replace(microsecond=0).isoformat(sep=" ")

@@ -181,7 +181,11 @@ class OverlaySession:
 
     def apply(self, overlay: Overlay) -> None:
         merged = overlay.merged()
-        for name in sorted(self._touched | set(merged)):
+        pending = sorted(self._touched | set(merged))
+        # Record every table that may be left re-pointed before touching any, so a failure
+        # part-way still lets clear() restore them all.
+        self._touched |= set(merged)
+        for name in pending:
             spec = table_spec(name)
             try:
                 self.con.execute(f"CREATE OR REPLACE VIEW {spec.qualified} AS "

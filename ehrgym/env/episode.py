@@ -1,0 +1,428 @@
+"""Episodes: an agent meets a task (DESIGN.md §3).
+
+``EhrEnv(db_path)`` holds one warm episode connection (see :mod:`ehrgym.env.pool`), so
+``reset(task)`` only re-points the views the task's overlay touches and builds the first
+observation; ``step(action)`` runs a tool (SQL through the gate, Python in the per-episode
+worker) or scores the final answer with :func:`ehrgym.env.verifier.verify`. A step limit (and an
+optional wall-clock limit) ends the episode without an answer. Every episode is recorded as a
+:class:`~ehrgym.env.trajectory.Trajectory`.
+
+Many episodes run concurrently against one database file: give several environments the same
+:class:`~ehrgym.env.pool.ConnectionPool` (one in-memory connection per live environment).
+
+    with EhrEnv.from_benchmark("data/bench-small", "data/synth.duckdb") as env:
+        obs = env.reset(env.benchmark.tasks[0])          # or a task id
+        print(obs.text)                                  # question, tools, protocol, schema
+        r = env.step(SqlAction("SELECT count(*) FROM labevents"))   # or text: "SQL: ..."
+        r = env.step("ABSTAIN: insufficient_evidence: no creatinine was measured")
+        r.reward, r.info["verdict"], env.trajectory.to_dict()
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable
+
+from ehrgym.bench.task import Task
+from ehrgym.db.schema import EXPOSED_SCHEMAS, mimic_schema
+from ehrgym.env.actions import Action, AnswerAction, PythonAction, SqlAction, action_to_dict
+from ehrgym.env.gate import SqlGate
+from ehrgym.env.pool import ConnectionPool, ConnectionSettings
+from ehrgym.env.protocol import ActionParseError, parse_action, protocol_text
+from ehrgym.env.sqltool import SqlLimits, format_outcome, query_frame, run_query
+from ehrgym.env.tools import tool_descriptions
+from ehrgym.env.trajectory import Trajectory, TrajectoryStep
+from ehrgym.env.verifier import Verdict, verify
+from ehrgym.errors import BenchmarkError, DatabaseError, EnvironmentStateError
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """Limits and presentation of an episode."""
+
+    max_steps: int = 20                      # actions per episode, the final answer included
+    episode_timeout_s: float | None = None   # wall-clock limit of an episode (None: no limit)
+    sql: SqlLimits = field(default_factory=SqlLimits)
+    connection: ConnectionSettings = field(default_factory=ConnectionSettings)
+    python: bool = True                      # offer the python tool
+    python_limits: Any = None                # ehrgym.env.pyworker.PythonLimits (None: its defaults)
+    python_warm: int = 1                     # pre-forked workers kept by the env's own worker pool
+    scoring: str = "strict"                  # reward on abstentions: strict (reason must match) | lenient
+    schema_summary: bool = True              # show the compact schema in the first observation
+    max_observation_chars: int = 20_000
+
+    @property
+    def tools(self) -> tuple[str, ...]:
+        return ("sql", "python", "answer") if self.python else ("sql", "answer")
+
+
+@dataclass
+class Observation:
+    """What the agent sees: ``text`` (for an LLM) plus structured fields."""
+
+    text: str
+    kind: str                    # task | sql | python | answer | invalid | limit
+    task_id: str = ""
+    step: int = 0
+    steps_left: int = 0
+    question: str = ""
+    protocol: str = ""
+    tools: str = ""
+    schema_summary: str = ""
+    columns: list[str] = field(default_factory=list)
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    row_count: int | None = None
+    truncated: bool = False
+    error: str | None = None
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass
+class StepResult:
+    observation: Observation
+    reward: float
+    done: bool
+    info: dict[str, Any]
+
+    def __iter__(self):  # ``obs, reward, done, info = env.step(a)``
+        return iter((self.observation, self.reward, self.done, self.info))
+
+
+@lru_cache(maxsize=1)
+def schema_summary() -> str:
+    """The 31 tables and their columns, one line per table."""
+    lines = [f"Tables (schemas {', '.join(EXPOSED_SCHEMAS)}; unqualified names also work):"]
+    for spec in mimic_schema().values():
+        lines.append(f"{spec.qualified}({', '.join(spec.column_names)})")
+    return "\n".join(lines)
+
+
+ActionHandler = Callable[["EhrEnv", Any], tuple[Observation, dict[str, Any]]]
+ACTION_HANDLERS: dict[type, ActionHandler] = {}
+
+
+def action_handler(kind: type) -> Callable[[ActionHandler], ActionHandler]:
+    def register(fn: ActionHandler) -> ActionHandler:
+        ACTION_HANDLERS[kind] = fn
+        return fn
+    return register
+
+
+class EhrEnv:
+    """One episode at a time over a kit database; see the module docstring."""
+
+    def __init__(self, db_path: str | Path, config: EnvConfig = EnvConfig(), *,
+                 pool: ConnectionPool | None = None, python_pool: Any = None,
+                 gate: SqlGate | None = None) -> None:
+        self.db_path = Path(db_path)
+        self.config = config
+        self._own_pool = pool is None
+        self.pool = pool if pool is not None else ConnectionPool(self.db_path, config.connection, warm=1,
+                                                                 background=False)
+        self.conn = self.pool.acquire()
+        self._own_gate = gate is None
+        self.gate = gate if gate is not None else SqlGate()
+        self._own_python_pool = python_pool is None
+        self._python_pool = python_pool
+        self._worker: Any = None
+        self.task: Task | None = None
+        self.trajectory: Trajectory | None = None
+        self.verdict: Verdict | None = None
+        self.done = True
+        self.steps = 0
+        self.benchmark: Any = None
+        self._started = 0.0
+        self._closed = False
+
+    # -- construction from a benchmark ----------------------------------------------------------
+    @classmethod
+    def from_benchmark(cls, bench_dir: str | Path, db_path: str | Path, config: EnvConfig = EnvConfig(),
+                       **kwargs: Any) -> "EhrEnv":
+        """An environment for a built benchmark; refuses a database the benchmark was not built on."""
+        from ehrgym.bench.dataset import load_benchmark
+
+        bench = load_benchmark(bench_dir)
+        env = cls(db_path, config, **kwargs)
+        try:
+            env.check_manifest(getattr(bench, "manifest", {}) or {}, source=str(bench_dir))
+        except BenchmarkError:
+            env.close()
+            raise
+        env.benchmark = bench
+        return env
+
+    def database_hash(self) -> str | None:
+        try:
+            return self.conn.meta().get("content_hash")
+        except DatabaseError:
+            return None
+
+    def check_manifest(self, manifest: dict[str, Any], source: str = "the benchmark") -> None:
+        """Raise :class:`BenchmarkError` when ``manifest``'s database hash differs from this database's."""
+        expected = manifest.get("db_content_hash")
+        if expected is None and isinstance(manifest.get("db"), dict):
+            expected = manifest["db"].get("content_hash")
+        if expected is None:
+            return
+        actual = self.database_hash()
+        if actual != expected:
+            raise BenchmarkError(
+                f"{source} was built on a database with content hash {expected}, but {self.db_path} has "
+                f"{actual}; use the database the benchmark was built on (see its manifest.json) or rebuild "
+                f"the benchmark with `ehrgym bench build --db {self.db_path}`")
+
+    # -- episode ------------------------------------------------------------------------------
+    def reset(self, task: Task | str) -> Observation:
+        """Start an episode on ``task`` (a Task, or a task id of the attached benchmark)."""
+        if self._closed:
+            raise EnvironmentStateError("this environment is closed; create a new EhrEnv")
+        t0 = time.perf_counter()
+        if isinstance(task, str):
+            task = self._task_by_id(task)
+        self._drop_worker()
+        try:
+            self.conn.apply(task.overlay)
+        except Exception:
+            # a half-applied overlay must not leak into the next episode: replace the connection
+            self.task, self.trajectory, self.done = None, None, True
+            self.conn.healthy = False
+            self.pool.release(self.conn)
+            self.conn = self.pool.acquire()
+            raise
+        self.task = task
+        self.steps = 0
+        self.done = False
+        self.verdict = None
+        text = self._task_text(task)
+        obs = Observation(text=text, kind="task", task_id=task.task_id, step=0, steps_left=self.config.max_steps,
+                          question=task.question, protocol=protocol_text(),
+                          tools=tool_descriptions(self.config.tools),
+                          schema_summary=schema_summary() if self.config.schema_summary else "")
+        self.trajectory = Trajectory(task_id=task.task_id, initial_observation=text)
+        self._started = time.perf_counter()
+        self.trajectory.reset_seconds = self._started - t0
+        return obs
+
+    def step(self, action: Action | str | dict[str, Any], usage: dict[str, Any] | None = None) -> StepResult:
+        """Run one action; ``usage`` (tokens, latency) is recorded in the trajectory when given."""
+        if self.task is None or self.trajectory is None:
+            raise EnvironmentStateError("call reset(task) before step()")
+        if self.done:
+            raise EnvironmentStateError("the episode is over; call reset(task) to start another")
+        t0 = time.perf_counter()
+        self.steps += 1
+        parsed, parse_error = self._coerce(action)
+        if parsed is None:
+            obs = Observation(text=str(parse_error), kind="invalid", error=str(parse_error))
+            info: dict[str, Any] = {"tool": "invalid", "error": str(parse_error)}
+            action_record = {"tool": "invalid", "text": action if isinstance(action, str) else repr(action)}
+        else:
+            handler = ACTION_HANDLERS[type(parsed)]
+            obs, info = handler(self, parsed)
+            action_record = action_to_dict(parsed)
+        reward = 0.0
+        if isinstance(parsed, AnswerAction):
+            self.verdict = verify(self.task, parsed, self.config.scoring)
+            self.done = True
+            reward = self.verdict.reward
+            self.trajectory.termination = "abstained" if parsed.is_abstain else "answered"
+        elif self.steps >= self.config.max_steps:
+            reward = self._end_without_answer("step_limit", obs,
+                                              f"Step limit of {self.config.max_steps} reached; the episode "
+                                              f"ended without an answer.")
+        elif self.config.episode_timeout_s is not None and \
+                time.perf_counter() - self._started > self.config.episode_timeout_s:
+            reward = self._end_without_answer("time_limit", obs,
+                                              f"Time limit of {self.config.episode_timeout_s:g} s reached; "
+                                              f"the episode ended without an answer.")
+        obs.task_id, obs.step = self.task.task_id, self.steps
+        obs.steps_left = max(0, self.config.max_steps - self.steps)
+        if not self.done and obs.steps_left <= 2:
+            obs.text += f"\n[{obs.steps_left} step{'s' if obs.steps_left != 1 else ''} left]"
+        seconds = time.perf_counter() - t0
+        info.update({"step": self.steps, "steps_left": obs.steps_left, "seconds": seconds})
+        if self.done:
+            info["termination"] = self.trajectory.termination
+            info["verdict"] = self.verdict.to_dict() if self.verdict else None
+            self.trajectory.verdict = info["verdict"]
+            self.trajectory.wall_seconds = time.perf_counter() - self._started
+            self._drop_worker()
+        self.trajectory.steps.append(TrajectoryStep(self.steps, action_record, obs.text, reward, self.done, seconds,
+                                                    _jsonable(info), dict(usage or {})))
+        return StepResult(obs, reward, self.done, info)
+
+    def abort(self, termination: str = "agent_error") -> Verdict:
+        """End the current episode without an answer (e.g. the agent crashed)."""
+        if self.task is None or self.trajectory is None:
+            raise EnvironmentStateError("call reset(task) first")
+        if not self.done:
+            self.done = True
+            self.verdict = verify(self.task, None, self.config.scoring)
+            self.trajectory.termination = termination
+            self.trajectory.verdict = self.verdict.to_dict()
+            self.trajectory.wall_seconds = time.perf_counter() - self._started
+            self._drop_worker()
+        assert self.verdict is not None
+        return self.verdict
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._drop_worker()
+        if self._python_pool is not None and self._own_python_pool:
+            self._python_pool.close()
+        self.pool.release(self.conn)
+        if self._own_pool:
+            self.pool.close()
+        if self._own_gate:
+            self.gate.close()
+
+    def __enter__(self) -> "EhrEnv":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- tools (what the Python worker's sql() calls, too) ------------------------------------
+    def sql_frame(self, query: str) -> Any:
+        """Gate and run ``query``, returning a DataFrame; raises RuntimeError with the message."""
+        return query_frame(self.gate, self.conn, self.pool.watchdog, query, self.config.sql)
+
+    # -- internals ----------------------------------------------------------------------------
+    def _coerce(self, action: Action | str | dict[str, Any]) -> tuple[Action | None, str | None]:
+        if isinstance(action, (SqlAction, PythonAction, AnswerAction)):
+            return action, None
+        if isinstance(action, dict):
+            from ehrgym.env.protocol import action_from_mapping
+
+            parsed = action_from_mapping(action)
+            return (parsed, None) if parsed is not None else (None, "Could not read the action mapping "
+                                                                    f"{action!r}; use tool sql/python/answer.")
+        try:
+            return parse_action(str(action)), None
+        except ActionParseError as exc:
+            return None, str(exc)
+
+    def _end_without_answer(self, termination: str, obs: Observation, note: str) -> float:
+        assert self.task is not None and self.trajectory is not None
+        self.done = True
+        self.verdict = verify(self.task, None, self.config.scoring)
+        self.trajectory.termination = termination
+        obs.text += f"\n{note}"
+        return self.verdict.reward
+
+    def _task_by_id(self, task_id: str) -> Task:
+        if self.benchmark is None:
+            raise EnvironmentStateError("reset() got a task id but no benchmark is attached; pass a Task or use "
+                                        "EhrEnv.from_benchmark(bench_dir, db_path)")
+        lookup = self.benchmark.by_id
+        try:
+            return lookup(task_id) if callable(lookup) else lookup[task_id]
+        except KeyError:
+            raise EnvironmentStateError(f"task {task_id!r} is not in the benchmark") from None
+
+    def _task_text(self, task: Task) -> str:
+        cfg = self.config
+        parts = [f"Question: {task.question}", "",
+                 "You are working with a MIMIC-IV hospital database (DuckDB SQL). Explore it with the tools "
+                 "below, then answer or abstain.", "",
+                 "Tools:", tool_descriptions(cfg.tools), "", protocol_text(), ""]
+        if cfg.schema_summary:
+            parts += [schema_summary(), ""]
+        parts.append(f"You have {cfg.max_steps} steps (tool calls, the final answer included).")
+        return "\n".join(parts)
+
+    def _drop_worker(self) -> None:
+        if self._worker is not None:
+            try:
+                self._worker.close()
+            except Exception:  # noqa: BLE001 - a dead worker is simply dropped
+                pass
+            self._worker = None
+
+    def _python_worker(self) -> Any:
+        if self._worker is not None and getattr(self._worker, "alive", True):
+            return self._worker
+        self._worker = None
+        if self._python_pool is None:
+            from ehrgym.env.pyworker import PythonLimits, PythonWorkerPool
+
+            limits = self.config.python_limits if self.config.python_limits is not None else PythonLimits()
+            self._python_pool = PythonWorkerPool(limits, warm=self.config.python_warm)
+        self._worker = self._python_pool.acquire()
+        return self._worker
+
+    def _truncate(self, text: str) -> str:
+        limit = self.config.max_observation_chars
+        if len(text) <= limit:
+            return text
+        return text[:limit] + f"\n[output truncated to {limit} characters]"
+
+
+@action_handler(SqlAction)
+def _sql_step(env: EhrEnv, action: SqlAction) -> tuple[Observation, dict[str, Any]]:
+    out = run_query(env.gate, env.conn, env.pool.watchdog, action.query, env.config.sql)
+    text = env._truncate(format_outcome(out, env.config.sql))
+    obs = Observation(text=text, kind="sql", columns=out.columns, rows=out.rows, row_count=out.row_count,
+                      truncated=out.truncated, error=out.error)
+    return obs, {"tool": "sql", **out.info()}
+
+
+@action_handler(PythonAction)
+def _python_step(env: EhrEnv, action: PythonAction) -> tuple[Observation, dict[str, Any]]:
+    if not env.config.python:
+        msg = "The python tool is disabled in this environment; use sql or answer."
+        return Observation(text=msg, kind="python", error=msg), {"tool": "python", "error": msg}
+    try:
+        worker = env._python_worker()
+    except ImportError as exc:
+        msg = f"The python tool is unavailable ({exc}); use sql or answer."
+        return Observation(text=msg, kind="python", error=msg), {"tool": "python", "error": msg}
+    sql_calls = {"n": 0}
+
+    def sql(query: str) -> Any:
+        sql_calls["n"] += 1
+        return env.sql_frame(query)
+
+    result = worker.run(action.code, sql)
+    parts = []
+    if result.output:
+        parts.append(result.output.rstrip("\n"))
+    if result.error:
+        parts.append(result.error.rstrip("\n"))
+    if result.truncated:
+        parts.append("[output truncated]")
+    if result.killed:
+        parts.append(f"[The Python worker was stopped ({result.killed}): it exceeded a limit. Its variables are "
+                     f"lost; the next python call starts a fresh worker.]")
+        env._drop_worker()
+    text = env._truncate("\n".join(parts) if parts else "(no output)")
+    obs = Observation(text=text, kind="python", error=result.error or (result.killed and f"killed: {result.killed}"))
+    info = {"tool": "python", "python_seconds": result.seconds, "killed": result.killed,
+            "error": result.error, "truncated": result.truncated, "sql_calls": sql_calls["n"]}
+    return obs, info
+
+
+@action_handler(AnswerAction)
+def _answer_step(env: EhrEnv, action: AnswerAction) -> tuple[Observation, dict[str, Any]]:
+    if action.is_abstain:
+        text = f"Abstention recorded ({action.abstain}). The episode is over."
+    else:
+        text = f"Answer recorded ({action.value!r}). The episode is over."
+    return Observation(text=text, kind="answer"), {"tool": "answer"}
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)

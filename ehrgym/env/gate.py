@@ -1,0 +1,513 @@
+"""The SQL gate: admits read-only queries over the episode's MIMIC-IV tables, nothing else.
+
+Two independent parsers must both agree that a query is safe (defence in depth):
+
+1. **sqlglot** (DuckDB dialect) classifies the statement and answers schema exploration
+   (``SHOW TABLES``, ``DESCRIBE t``) from the kit's static schema, rewrites
+   ``information_schema.columns``/``.tables`` to a static copy holding only the 31 exposed
+   tables, and checks every table, schema, catalog and function against allow-lists.
+2. **DuckDB's own parser** (``json_serialize_sql`` on a private connection) parses the *exact*
+   text that will run; its AST is checked again (base tables, table functions, functions), so a
+   difference between the two parsers (comments, string escapes, …) cannot smuggle anything in.
+
+On top of the gate, episode connections run with ``enable_external_access=false`` and
+``lock_configuration=true`` (see :mod:`ehrgym.env.pool`). Every rejection raises
+:class:`~ehrgym.errors.GateRejection` whose message says what *is* allowed.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Callable, Iterator
+
+import duckdb
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
+
+from ehrgym.db.schema import EXPOSED_SCHEMAS, mimic_schema, table_spec
+from ehrgym.errors import GateRejection
+
+INFO_SCHEMA = "ehrgym_info"  # static, public copy of information_schema.{columns,tables}
+TABLE_FUNCTIONS_ALLOWED: frozenset[str] = frozenset({"range", "generate_series", "unnest"})
+
+ALLOWED_TEXT = (
+    "Allowed: exactly one read-only SELECT statement (WITH, UNION, subqueries, joins, window "
+    "functions are fine) over the MIMIC-IV tables of schemas mimiciv_hosp and mimiciv_icu "
+    "(write `labevents` or `mimiciv_hosp.labevents`); schema exploration with SHOW TABLES, "
+    "DESCRIBE <table> or SELECT ... FROM information_schema.columns / information_schema.tables."
+)
+
+# Scalar/aggregate functions that touch settings, the catalog, sessions, sequences or files.
+_DENY_FUNCTION_PREFIXES: tuple[str, ...] = (
+    "__internal", "pg_", "has_", "current_", "duckdb_", "json_serialize", "json_deserialize",
+    "json_execute", "inet_", "parse_duckdb_log", "txid_", "icu_collate_",
+)
+_DENY_FUNCTIONS: frozenset[str] = frozenset({
+    "getvariable", "getenv", "col_description", "obj_description", "shobj_description", "nextval",
+    "currval", "setval", "version", "write_log", "sleep_ms", "setseed", "in_search_path", "user",
+    "session_user", "get_block_size", "invoke", "stats", "transaction_timestamp", "read_blob",
+    "read_text", "current_setting", "query", "query_table", "glob", "alias", "format_pg_type",
+    "format_type", "can_cast_implicitly", "finalize", "combine", "to_aggregate_state",
+    "export_state", "error",
+})
+# sqlglot's typed function classes that stand for something outside the allow-list.
+_DENY_SQLGLOT_CLASSES: tuple[str, ...] = (
+    "ReadCSV", "ReadParquet", "ToFile", "NextValueFor", "SessionUser", "CurrentUser", "CurrentRole",
+    "CurrentSchema", "CurrentSchemas", "CurrentCatalog", "CurrentDatabase", "CurrentSession",
+    "CurrentVersion", "CurrentUserId", "CurrentStatement", "CurrentTransaction", "CurrentAccount",
+    "CurrentClient", "CurrentIpAddress", "CurrentRegion", "CurrentWarehouse", "CurrentAvailableRoles",
+    "CurrentSecondaryRoles", "CurrentRoleType", "CurrentOrganizationName", "CurrentOrganizationUser",
+    "CurrentAccountName", "JSONTable", "XMLTable", "GenerateTable", "SplitToTable",
+    "StrtokSplitToTable",
+)
+_CATALOG_LIKE: frozenset[str] = frozenset({"base", "memory", "system", "temp", "ehrgym_meta", "information_schema",
+                                          "pg_catalog", "main", INFO_SCHEMA})
+_ALLOWED_ROOTS: tuple[type[exp.Expression], ...] = (exp.Select, exp.SetOperation, exp.Subquery)
+# DuckDB table-reference kinds an admitted query may contain (everything else is refused).
+_DUCKDB_TABLEREFS: frozenset[str] = frozenset({"BASE_TABLE", "TABLE_FUNCTION", "SUBQUERY", "JOIN",
+                                               "EXPRESSION_LIST", "EMPTY", "PIVOT",
+                                               # query nodes carry a "sample" key, too
+                                               "SELECT_NODE", "SET_OPERATION_NODE", "RECURSIVE_CTE_NODE",
+                                               "CTE_NODE"})
+
+
+@lru_cache(maxsize=1)
+def duckdb_function_allowlist() -> frozenset[str]:
+    """Names of DuckDB's scalar, aggregate, window and macro functions minus the deny-list."""
+    con = duckdb.connect(":memory:")
+    try:
+        rows = con.execute("SELECT DISTINCT function_name FROM duckdb_functions() "
+                           "WHERE function_type IN ('scalar', 'aggregate', 'window', 'macro')").fetchall()
+    finally:
+        con.close()
+    names = {str(r[0]).lower() for r in rows}
+    return frozenset(n for n in names
+                     if n not in _DENY_FUNCTIONS and not n.startswith(_DENY_FUNCTION_PREFIXES))
+
+
+@lru_cache(maxsize=1)
+def system_object_names() -> frozenset[str]:
+    """Names of every view/table a fresh DuckDB exposes (CTE names must not shadow them)."""
+    con = duckdb.connect(":memory:")
+    try:
+        rows = con.execute("SELECT view_name FROM duckdb_views() UNION SELECT table_name FROM duckdb_tables() "
+                           "UNION SELECT function_name FROM duckdb_functions() "
+                           "WHERE function_type IN ('table', 'table_macro', 'pragma')").fetchall()
+    finally:
+        con.close()
+    return frozenset(str(r[0]).lower() for r in rows) | {"build_info", "base", "system", "temp", "memory"}
+
+
+@dataclass(frozen=True)
+class StaticResult:
+    """A result the gate answers itself (schema exploration), without touching the database."""
+
+    columns: tuple[str, ...]
+    rows: tuple[tuple[Any, ...], ...]
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    """An admitted query: either ``sql`` to run on the episode connection or a ``static`` answer."""
+
+    kind: str                      # "query" | "static"
+    sql: str = ""
+    static: StaticResult | None = None
+    tables: tuple[str, ...] = ()   # MIMIC-IV tables the query reads
+    rewritten: bool = False        # True when ``sql`` differs from what the agent wrote
+
+
+def reject(reason: str) -> GateRejection:
+    return GateRejection(f"Query refused: {reason}. {ALLOWED_TEXT}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Static schema exploration (answered from the kit's schema, never from the connection)
+# ---------------------------------------------------------------------------------------------
+
+def show_tables(_: exp.Expression | None = None) -> StaticResult:
+    rows = tuple((spec.schema, spec.name) for spec in mimic_schema().values())
+    return StaticResult(("schema", "table"), rows)
+
+
+def describe_table(name: str) -> StaticResult:
+    try:
+        spec = table_spec(name)
+    except KeyError:
+        raise reject(f"DESCRIBE names unknown table {name!r}; SHOW TABLES lists the 31 tables") from None
+    rows = tuple((c.name, c.duckdb_type, "NO" if c.required else "YES") for c in spec.columns)
+    return StaticResult(("column_name", "column_type", "null"), rows)
+
+
+def info_schema_sql() -> list[str]:
+    """DDL of the static ``ehrgym_info`` schema created on every episode connection."""
+    cols = []
+    tabs = []
+    for spec in mimic_schema().values():
+        tabs.append(f"('memory', '{spec.schema}', '{spec.name}', 'VIEW')")
+        for i, c in enumerate(spec.columns, 1):
+            cols.append(f"('memory', '{spec.schema}', '{spec.name}', '{c.name}', {i}, '{c.duckdb_type}', "
+                        f"'{'NO' if c.required else 'YES'}')")
+    return [
+        f"CREATE SCHEMA IF NOT EXISTS {INFO_SCHEMA}",
+        f"CREATE OR REPLACE TABLE {INFO_SCHEMA}.columns AS SELECT * FROM (VALUES {', '.join(cols)}) "
+        "AS t(table_catalog, table_schema, table_name, column_name, ordinal_position, data_type, is_nullable)",
+        f"CREATE OR REPLACE TABLE {INFO_SCHEMA}.tables AS SELECT * FROM (VALUES {', '.join(tabs)}) "
+        "AS t(table_catalog, table_schema, table_name, table_type)",
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Statement handlers: one small object per admitted statement kind (a registry, not if/elif)
+# ---------------------------------------------------------------------------------------------
+
+StatementHandler = Callable[["SqlGate", exp.Expression, str, "Future[str] | None"], GateDecision]
+STATEMENT_HANDLERS: dict[type[exp.Expression], StatementHandler] = {}
+
+
+def statement_handler(*kinds: type[exp.Expression]) -> Callable[[StatementHandler], StatementHandler]:
+    def register(fn: StatementHandler) -> StatementHandler:
+        for kind in kinds:
+            STATEMENT_HANDLERS[kind] = fn
+        return fn
+    return register
+
+
+@statement_handler(exp.Show)
+def _handle_show(gate: "SqlGate", stmt: exp.Expression, text: str, pending: "Future[str] | None") -> GateDecision:
+    what = str(stmt.this or "").upper()
+    if what in ("TABLES", "ALL TABLES") or what.endswith("TABLES"):
+        return GateDecision("static", static=show_tables())
+    raise reject(f"SHOW {what.lower()} is not available; use SHOW TABLES or DESCRIBE <table>")
+
+
+@statement_handler(exp.Describe)
+def _handle_describe(gate: "SqlGate", stmt: exp.Expression, text: str,
+                     pending: "Future[str] | None") -> GateDecision:
+    target = stmt.this
+    if isinstance(target, exp.Table) and isinstance(target.this, exp.Identifier) and not target.catalog:
+        if target.db and target.db.lower() not in EXPOSED_SCHEMAS:
+            raise reject(f"schema {target.db!r} is not available")
+        return GateDecision("static", static=describe_table(target.name), tables=(table_spec(target.name).name,))
+    raise reject("DESCRIBE takes one MIMIC-IV table name (e.g. DESCRIBE labevents)")
+
+
+@statement_handler(*_ALLOWED_ROOTS)
+def _handle_select(gate: "SqlGate", stmt: exp.Expression, text: str, pending: "Future[str] | None") -> GateDecision:
+    tables, rewritten = gate.check_select(stmt)
+    sql = stmt.sql(dialect="duckdb", comments=False) if rewritten else text
+    raw = pending.result() if pending is not None and not rewritten else None
+    gate.check_with_duckdb(sql, raw)
+    return GateDecision("query", sql=sql, tables=tuple(sorted(tables)), rewritten=rewritten)
+
+
+# ---------------------------------------------------------------------------------------------
+# The gate
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class SqlGate:
+    """Check a query; return a :class:`GateDecision` or raise :class:`GateRejection`.
+
+    Decisions are cached by query text (``cache_size`` entries): the check is a pure function
+    of the text, so a repeated query costs a dictionary lookup.
+    """
+
+    cache_size: int = 4096
+    max_query_chars: int = 100_000
+    _cache: "OrderedDict[str, GateDecision | GateRejection]" = field(default_factory=OrderedDict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _parser_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    parallel: bool = False  # True: DuckDB parses in a helper thread while sqlglot parses (idle CPUs)
+    _parser: duckdb.DuckDBPyConnection | None = field(default=None, repr=False)
+    _executor: ThreadPoolExecutor | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self.functions = duckdb_function_allowlist() | TABLE_FUNCTIONS_ALLOWED
+        self.system_names = system_object_names()
+        self.tables = frozenset(mimic_schema())
+
+    # -- public -------------------------------------------------------------------------------
+    def check(self, query: str) -> GateDecision:
+        with self._lock:
+            hit = self._cache.get(query)
+            if hit is not None:
+                self._cache.move_to_end(query)
+        if hit is None:
+            try:
+                hit = self._decide(query)
+            except GateRejection as exc:
+                hit = exc
+            with self._lock:
+                self._cache[query] = hit
+                while len(self._cache) > self.cache_size:
+                    self._cache.popitem(last=False)
+        if isinstance(hit, GateRejection):
+            raise GateRejection(str(hit))
+        return hit
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+        with self._parser_lock:
+            if self._parser is not None:
+                self._parser.close()
+                self._parser = None
+
+    # -- layer 1: sqlglot ---------------------------------------------------------------------
+    def _decide(self, query: str) -> GateDecision:
+        if not isinstance(query, str) or not query.strip():
+            raise reject("the query is empty")
+        if len(query) > self.max_query_chars:
+            raise reject(f"the query is longer than {self.max_query_chars} characters")
+        if "\x00" in query:
+            raise reject("the query contains a NUL character")
+        pending = self._serialize_async(query)  # DuckDB parses in parallel with sqlglot (GIL released)
+        try:
+            statements = [s for s in sqlglot.parse(query, read="duckdb")
+                          if s is not None and not isinstance(s, exp.Semicolon)]
+        except (ParseError, TokenError) as exc:
+            first = str(exc).splitlines()[0] if str(exc) else "syntax error"
+            raise reject(f"it could not be parsed ({first[:300]})") from None
+        if len(statements) != 1:
+            raise reject(f"it holds {len(statements)} statements; send one statement per call")
+        stmt = statements[0]
+        handler = STATEMENT_HANDLERS.get(type(stmt))
+        if handler is None:
+            for kind, fn in STATEMENT_HANDLERS.items():
+                if isinstance(stmt, kind):
+                    handler = fn
+                    break
+        if handler is None:
+            raise reject(f"{_statement_name(stmt)} statements are not allowed (read-only SELECT only)")
+        return handler(self, stmt, query, pending)
+
+    def check_select(self, stmt: exp.Expression) -> tuple[set[str], bool]:
+        """Check a SELECT tree in place; returns the tables read and whether it was rewritten."""
+        tables: set[str] = set()
+        rewritten = False
+        cte_names: set[str] = set()
+        table_nodes: list[exp.Table] = []
+        for node in list(stmt.walk()):
+            kind = type(node)
+            role = _ROLE_CACHE.get(kind)
+            if role is None:
+                role = _role(kind)
+            if role == "skip":
+                continue
+            if role == "forbidden":
+                raise reject(f"{_statement_name(node)} is not allowed inside a query")
+            if role == "table":
+                table_nodes.append(node)  # type: ignore[arg-type]
+            elif role == "cte":
+                cte_names.add(node.alias_or_name.lower())
+            elif role == "func":
+                self._check_function(node)  # type: ignore[arg-type]
+            elif role == "column":
+                for part in (node.args.get("catalog"), node.args.get("db")):
+                    if part is not None and part.name.lower() not in EXPOSED_SCHEMAS:
+                        raise reject(f"the column reference {node.sql('duckdb')!r} names schema or catalog "
+                                     f"{part.name!r}")
+        for name in cte_names:
+            if name in self.system_names:
+                raise reject(f"the CTE name {name!r} shadows a system object; rename it")
+        for table in table_nodes:
+            if self._check_table(table, cte_names, tables):
+                rewritten = True
+        return tables, rewritten
+
+    def _check_table(self, node: exp.Table, cte_names: set[str], tables: set[str]) -> bool:
+        target = node.this
+        if isinstance(target, exp.Func):  # table function in FROM
+            fname = _function_name(target)
+            if fname not in TABLE_FUNCTIONS_ALLOWED:
+                raise reject(f"the table function {fname}() is not allowed; query the MIMIC-IV tables instead")
+            return False
+        if not isinstance(target, exp.Identifier):
+            raise reject(f"the table reference {node.sql('duckdb')!r} is not a plain table name")
+        name = target.name.lower()
+        catalog = node.catalog.lower()
+        schema = node.db.lower()
+        if catalog:
+            raise reject(f"catalog {node.catalog!r} is not available (only the episode's own tables are)")
+        if schema == "information_schema" and name in ("columns", "tables"):
+            node.set("db", exp.to_identifier(INFO_SCHEMA))
+            return True
+        if schema and schema not in EXPOSED_SCHEMAS:
+            raise reject(f"schema {node.db!r} is not available; use mimiciv_hosp or mimiciv_icu")
+        if name in self.tables:
+            spec = table_spec(name)
+            if schema and schema != spec.schema:
+                raise reject(f"table {name} lives in {spec.schema}, not {schema}")
+            tables.add(spec.name)
+            return False
+        if not schema and name in cte_names and _cte_visible(node, name):
+            return False
+        raise reject(f"{node.sql('duckdb')!r} is not a MIMIC-IV table (SHOW TABLES lists them)")
+
+    def _check_function(self, node: exp.Func) -> None:
+        cls = type(node).__name__
+        if cls in _DENY_SQLGLOT_CLASSES or cls.startswith("Read"):
+            raise reject(f"the function {node.sql_name().lower()}() is not allowed")
+        if isinstance(node, exp.Anonymous):
+            name = str(node.this).lower()
+            if "." in name or name not in self.functions:
+                raise reject(f"the function {name}() is not allowed (it is unknown or touches files, "
+                             f"settings or the catalog)")
+
+    # -- layer 2: DuckDB's parser -------------------------------------------------------------
+    def _serialize(self, sql: str) -> str:
+        """DuckDB's own parse of ``sql`` as JSON (the text is embedded as a standard SQL string)."""
+        with self._parser_lock:
+            if self._parser is None:
+                self._parser = duckdb.connect(":memory:")
+            literal = "'" + sql.replace("'", "''") + "'"
+            return self._parser.execute(f"SELECT json_serialize_sql({literal})").fetchone()[0]
+
+    def _serialize_async(self, sql: str) -> "Future[str] | None":
+        if not self.parallel:
+            return None
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ehrgym-gate")
+        return self._executor.submit(self._serialize, sql)
+
+    def check_with_duckdb(self, sql: str, raw: str | None = None) -> None:
+        """Parse ``sql`` with DuckDB itself and re-check what DuckDB will actually run.
+
+        ``raw`` is a serialisation of exactly ``sql`` made earlier (the parallel path)."""
+        if raw is None:
+            raw = self._serialize(sql)
+        tree = json.loads(raw)
+        if tree.get("error"):
+            msg = tree.get("error_message", "parse error")
+            raise reject(f"DuckDB cannot run it as a single SELECT ({msg})")
+        statements = tree.get("statements", [])
+        if len(statements) != 1:
+            raise reject(f"it holds {len(statements)} statements; send one statement per call")
+        ctes: set[str] = set()
+        tables: list[dict[str, Any]] = []
+        functions = self.functions
+        for node in _walk_json(statements[0]):
+            cls = node.get("class")
+            if cls is None:
+                cte_map = node.get("cte_map")
+                if isinstance(cte_map, dict):
+                    for entry in cte_map.get("map", []):
+                        ctes.add(str(entry.get("key", "")).lower())
+                kind = node.get("type")
+                if "sample" in node and kind not in _DUCKDB_TABLEREFS:
+                    raise reject(f"the table reference kind {str(kind).lower()} is not allowed")
+                if kind == "BASE_TABLE":
+                    tables.append(node)
+                elif kind == "TABLE_FUNCTION":
+                    fn = node.get("function") or {}
+                    name = str(fn.get("function_name", "")).lower()
+                    if name not in TABLE_FUNCTIONS_ALLOWED or fn.get("schema") or fn.get("catalog"):
+                        raise reject(f"the table function {name}() is not allowed")
+                elif isinstance(kind, str) and kind.endswith("_REF"):
+                    raise reject(f"{kind.lower()} is not allowed")
+            elif cls == "FUNCTION":
+                name = str(node.get("function_name", "")).lower()
+                if node.get("schema") or node.get("catalog"):
+                    raise reject(f"the function {name}() may not be schema-qualified")
+                if name not in functions:
+                    raise reject(f"the function {name}() is not allowed")
+            elif cls == "COLUMN_REF":
+                parts = [str(p).lower() for p in node.get("column_names", [])]
+                if len(parts) >= 4 or (len(parts) == 3 and parts[0] not in EXPOSED_SCHEMAS
+                                       and (parts[0] in _CATALOG_LIKE or parts[0] in self.system_names)):
+                    raise reject(f"the column reference {'.'.join(parts)!r} names a schema or catalog")
+        for name in ctes:
+            if name in self.system_names:
+                raise reject(f"the CTE name {name!r} shadows a system object; rename it")
+        for node in tables:
+            self._duckdb_table(node, ctes)
+
+    def _duckdb_table(self, node: dict[str, Any], ctes: set[str]) -> None:
+        catalog = str(node.get("catalog_name", "")).lower()
+        schema = str(node.get("schema_name", "")).lower()
+        name = str(node.get("table_name", "")).lower()
+        if catalog:
+            raise reject(f"catalog {catalog!r} is not available")
+        if schema == INFO_SCHEMA and name in ("columns", "tables"):
+            return
+        if schema and schema not in EXPOSED_SCHEMAS:
+            raise reject(f"schema {schema!r} is not available; use mimiciv_hosp or mimiciv_icu")
+        if name in self.tables:
+            expected = table_spec(name).schema
+            if schema and schema != expected:
+                raise reject(f"table {name} lives in {expected}, not {schema}")
+            return
+        if not schema and name in ctes:
+            return
+        raise reject(f"{name!r} is not a MIMIC-IV table (SHOW TABLES lists them)")
+
+
+_FORBIDDEN_NODES: tuple[type[exp.Expression], ...] = (
+    exp.Into, exp.Command, exp.Create, exp.Insert, exp.Update, exp.Delete, exp.Drop, exp.Alter, exp.Copy, exp.Set,
+    exp.Pragma, exp.Attach, exp.Detach, exp.Use, exp.Merge, exp.TruncateTable, exp.Transaction)
+_ROLE_CACHE: dict[type, str] = {}
+
+
+def _role(kind: type) -> str:
+    """How the sqlglot walk treats a node class (cached per class)."""
+    if issubclass(kind, _FORBIDDEN_NODES):
+        role = "forbidden"
+    elif issubclass(kind, exp.Table):
+        role = "table"
+    elif issubclass(kind, exp.Func):
+        role = "func"
+    elif issubclass(kind, exp.Column):
+        role = "column"
+    elif issubclass(kind, exp.CTE):
+        role = "cte"
+    else:
+        role = "skip"
+    _ROLE_CACHE[kind] = role
+    return role
+
+
+def _walk_json(node: Any) -> Iterator[dict[str, Any]]:
+    stack = [node]
+    while stack:
+        cur = stack.pop()
+        if isinstance(cur, dict):
+            yield cur
+            stack.extend(cur.values())
+        elif isinstance(cur, list):
+            stack.extend(cur)
+
+
+def _cte_visible(node: exp.Expression, name: str) -> bool:
+    """True when a WITH clause enclosing ``node`` defines ``name``."""
+    parent = node.parent
+    while parent is not None:
+        with_ = parent.args.get("with_") if "with_" in parent.args else parent.args.get("with")
+        if isinstance(with_, exp.With):
+            if any(cte.alias_or_name.lower() == name for cte in with_.expressions):
+                return True
+        parent = parent.parent
+    return False
+
+
+def _function_name(node: exp.Func) -> str:
+    if isinstance(node, exp.Anonymous):
+        return str(node.this).lower()
+    if isinstance(node, exp.GenerateSeries):
+        return "range"
+    if isinstance(node, (exp.Unnest, exp.Explode)):
+        return "unnest"
+    return node.sql_name().lower()
+
+
+def _statement_name(node: exp.Expression) -> str:
+    if isinstance(node, exp.Command):
+        return str(node.this).upper()
+    return type(node).__name__.upper()

@@ -1,0 +1,298 @@
+"""The answer protocol: how an agent answers or abstains, as prompt text and as parsers.
+
+Structured: :class:`~ehrgym.env.actions.AnswerAction`, or JSON ``{"answer": ...}`` /
+``{"abstain": "reason", "explanation": "..."}`` / ``{"tool": "sql", "query": ...}``.
+Free text (LLM output): ``ANSWER: <value>``, ``ABSTAIN: <reason>: <explanation>``,
+``SQL: <query>`` / ```` ```sql ```` fences, ``PYTHON: <code>`` / ```` ```python ```` fences.
+Parsing is tolerant of casing, punctuation, markdown and reason synonyms
+("insufficient evidence", "contradictory records", …); the reason codes come from
+:data:`ehrgym.vocab.ABSTAIN_REASONS`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import lru_cache
+from typing import Any
+
+from ehrgym.env.actions import Action, AnswerAction, PythonAction, SqlAction
+from ehrgym.errors import AgentError
+from ehrgym.vocab import ABSTAIN_REASONS
+
+
+class ActionParseError(AgentError):
+    """Text could not be read as a tool call; the message says what format is expected."""
+
+
+REASON_DESCRIPTIONS: dict[str, str] = {
+    "insufficient_evidence": "the records needed to answer are missing (no rows, or the value is empty)",
+    "conflicting_evidence": "the records contradict each other (e.g. two different values at the same time)",
+    "implausible_value": "the only evidence is a physiologically impossible value",
+    "invalid_reference": "the question names a patient, admission or stay that does not exist",
+    "false_premise": "the question presupposes an event or time window the records do not contain",
+    "out_of_scope": "the question asks for information no EHR table holds",
+}
+assert set(REASON_DESCRIPTIONS) == set(ABSTAIN_REASONS)
+
+REASON_SYNONYMS: dict[str, str] = {
+    "insufficient evidence": "insufficient_evidence", "insufficient data": "insufficient_evidence",
+    "insufficient information": "insufficient_evidence", "not enough evidence": "insufficient_evidence",
+    "not enough data": "insufficient_evidence", "not enough information": "insufficient_evidence",
+    "missing evidence": "insufficient_evidence", "missing data": "insufficient_evidence",
+    "missing value": "insufficient_evidence", "no data": "insufficient_evidence",
+    "no evidence": "insufficient_evidence", "no records": "insufficient_evidence",
+    "no record": "insufficient_evidence", "no value": "insufficient_evidence",
+    "null value": "insufficient_evidence", "insufficient": "insufficient_evidence",
+    "conflicting evidence": "conflicting_evidence", "conflicting records": "conflicting_evidence",
+    "conflicting": "conflicting_evidence", "conflict": "conflicting_evidence",
+    "contradictory": "conflicting_evidence", "contradiction": "conflicting_evidence",
+    "contradicting": "conflicting_evidence", "inconsistent": "conflicting_evidence",
+    "discrepancy": "conflicting_evidence", "discrepant": "conflicting_evidence",
+    "implausible value": "implausible_value", "implausible": "implausible_value",
+    "physiologically impossible": "implausible_value", "impossible value": "implausible_value",
+    "not plausible": "implausible_value", "erroneous value": "implausible_value",
+    "invalid value": "implausible_value", "outlier": "implausible_value",
+    "invalid reference": "invalid_reference", "invalid ref": "invalid_reference",
+    "nonexistent": "invalid_reference", "non existent": "invalid_reference",
+    "does not exist": "invalid_reference", "doesnt exist": "invalid_reference",
+    "no such patient": "invalid_reference", "no such admission": "invalid_reference",
+    "unknown patient": "invalid_reference", "unknown admission": "invalid_reference",
+    "invalid patient": "invalid_reference", "invalid id": "invalid_reference",
+    "invalid identifier": "invalid_reference", "invalid": "invalid_reference",
+    "false premise": "false_premise", "premise": "false_premise", "never happened": "false_premise",
+    "did not happen": "false_premise", "never occurred": "false_premise",
+    "did not occur": "false_premise", "temporal mismatch": "false_premise",
+    "outside the record": "false_premise",
+    "out of scope": "out_of_scope", "outside the scope": "out_of_scope", "not in scope": "out_of_scope",
+    "beyond the scope": "out_of_scope", "scope": "out_of_scope", "unanswerable": "out_of_scope",
+    "not stored": "out_of_scope", "not captured": "out_of_scope",
+}
+_SYNONYMS_BY_LENGTH = sorted(REASON_SYNONYMS.items(), key=lambda kv: -len(kv[0]))
+
+
+@lru_cache(maxsize=1)
+def protocol_text() -> str:
+    """The answer protocol as shown to an agent (first observation, system prompts)."""
+    reasons = "\n".join(f"  - {code}: {desc}" for code, desc in REASON_DESCRIPTIONS.items())
+    return (
+        "Answer protocol. When you are done, give exactly one final answer:\n"
+        "  ANSWER: <value>            (a number, date/time YYYY-MM-DD HH:MM:SS, yes/no, text, or a "
+        "comma-separated list)\n"
+        "  ABSTAIN: <reason>: <explanation>   (when the records do not support an answer)\n"
+        "or the JSON forms {\"answer\": <value>} / {\"abstain\": \"<reason>\", \"explanation\": \"...\"}.\n"
+        "Abstention reasons:\n" + reasons + "\n"
+        "Only answer with a value the records support; an abstention with the right reason counts as "
+        "a correct response when the records do not support an answer."
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Reasons and answer values
+# ---------------------------------------------------------------------------------------------
+
+def _plain(text: str) -> str:
+    text = re.sub(r"[`*_#>\"'“”‘’]", " ", str(text)).casefold()
+    text = re.sub(r"[^\w\s]", " ", text)
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def normalise_reason(text: Any) -> str | None:
+    """The reason code named by ``text`` (a code, a phrase or a synonym), or None."""
+    if text is None:
+        return None
+    plain = _plain(str(text).replace("_", " ").replace("-", " "))
+    code = plain.replace(" ", "_")
+    if code in ABSTAIN_REASONS:
+        return code
+    padded = f" {plain} "
+    for reason in ABSTAIN_REASONS:
+        if f" {reason.replace('_', ' ')} " in padded:
+            return reason
+    for phrase, reason in _SYNONYMS_BY_LENGTH:
+        if f" {phrase} " in padded:
+            return reason
+    return None
+
+
+def _clean_value(text: str) -> Any:
+    value = text.strip()
+    value = re.sub(r"^[*_`\s]+|[*_`\s]+$", "", value)
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+        value = value[1:-1].strip()
+    if value.startswith("[") and value.endswith("]"):
+        try:
+            parsed = json.loads(value)
+            if isinstance(parsed, list):
+                return parsed
+        except json.JSONDecodeError:
+            pass
+    if value.endswith(".") and not re.search(r"\d\.$", value):
+        value = value[:-1].rstrip()
+    return value
+
+
+def _answer_block(rest: str) -> str:
+    """The value after ``ANSWER:``: the rest of that line, or the bullet list that follows."""
+    lines = rest.split("\n")
+    first = lines[0].strip()
+    if first and not first.endswith(":"):
+        return first
+    items: list[str] = []
+    for line in lines[1:]:
+        stripped = line.strip()
+        bullet = re.match(r"^(?:[-*•]|\d+[.)])\s+(.*)$", stripped)
+        if bullet:
+            items.append(_clean_item(bullet.group(1)))
+        elif items or (stripped and not first):
+            if not items:
+                return stripped
+            break
+    return "; ".join(items) if items else first
+
+
+def _clean_item(item: str) -> str:
+    return re.sub(r"^[*_`\s]+|[*_`\s]+$", "", item)
+
+
+def answer_from_mapping(data: dict[str, Any]) -> AnswerAction | None:
+    """An answer/abstention from a JSON-like mapping, or None when it holds neither."""
+    keys = {str(k).lower(): v for k, v in data.items()}
+    explanation = str(keys.get("explanation", keys.get("reasoning", "")) or "")
+    if keys.get("abstain") not in (None, False, ""):
+        raw = keys["abstain"]
+        if raw is True:
+            raw = keys.get("reason", "")
+        reason = normalise_reason(raw)
+        return AnswerAction(None, reason or _plain(str(raw)).replace(" ", "_") or "unspecified", explanation)
+    for key in ("answer", "value", "final_answer"):
+        if key in keys:
+            return AnswerAction(keys[key], None, explanation)
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Tool calls from text
+# ---------------------------------------------------------------------------------------------
+
+_MARKER = re.compile(r"(?im)(?:^|(?<=[\s*_#>`]))(final\s+answer|answer|abstain|sql|python)\s*[*_]*\s*[:：]")
+_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.S)
+_SQL_START = re.compile(r"^\s*(?:select|with|from|show|describe|desc|summarize|values|pivot|\()\b", re.I)
+
+
+def action_from_mapping(data: dict[str, Any]) -> Action | None:
+    """A tool call from a mapping: ``{"tool": ...}``, ``{"name":..., "arguments":...}``, or short keys."""
+    keys = {str(k).lower(): v for k, v in data.items()}
+    if "name" in keys and "arguments" in keys and "tool" not in keys:
+        args = keys["arguments"]
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except json.JSONDecodeError:
+                return None
+        if not isinstance(args, dict):
+            return None
+        return action_from_mapping({"tool": keys["name"], **args})
+    tool = str(keys.get("tool", "")).lower()
+    if tool == "sql" or (not tool and "sql" in keys):
+        query = keys.get("query", keys.get("sql"))
+        return SqlAction(str(query)) if isinstance(query, str) else None
+    if tool == "python" or (not tool and ("python" in keys or "code" in keys)):
+        code = keys.get("code", keys.get("python"))
+        return PythonAction(str(code)) if isinstance(code, str) else None
+    if tool in ("answer", ""):
+        return answer_from_mapping(keys)
+    return None
+
+
+def _json_objects(text: str) -> list[tuple[int, dict[str, Any]]]:
+    """Top-level JSON objects embedded in ``text`` with their start offsets."""
+    found = []
+    decoder = json.JSONDecoder()
+    i = text.find("{")
+    while i != -1:
+        try:
+            obj, end = decoder.raw_decode(text, i)
+        except json.JSONDecodeError:
+            i = text.find("{", i + 1)
+            continue
+        if isinstance(obj, dict):
+            found.append((i, obj))
+        i = text.find("{", end)
+    return found
+
+
+def parse_action(text: str) -> Action:
+    """Read one tool call from free text (the last directive in the text wins).
+
+    Raises :class:`ActionParseError` with the expected formats when nothing can be read.
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise ActionParseError(_expected_formats("the message is empty"))
+    candidates: list[tuple[int, Action]] = []
+    for pos, obj in _json_objects(text):
+        action = action_from_mapping(obj)
+        if action is not None:
+            candidates.append((pos, action))
+    fenced_spans = []
+    for m in _FENCE.finditer(text):
+        lang, body = m.group(1).lower(), m.group(2).strip()
+        fenced_spans.append(m.span())
+        if lang in ("sql", "duckdb", "postgresql", "sqlite") or (not lang and _SQL_START.match(body)):
+            candidates.append((m.start(), SqlAction(body)))
+        elif lang in ("python", "py", "python3"):
+            candidates.append((m.start(), PythonAction(body)))
+    for m in _MARKER.finditer(text):
+        if any(a <= m.start() < b for a, b in fenced_spans):
+            continue
+        kind = re.sub(r"\s+", " ", m.group(1).lower())
+        rest = text[m.end():]
+        if kind in ("answer", "final answer"):
+            candidates.append((m.start(), AnswerAction(_clean_value(_answer_block(rest)))))
+        elif kind == "abstain":
+            candidates.append((m.start(), parse_abstain(rest)))
+        else:
+            body = rest.strip()
+            fence = _FENCE.match(body)
+            if fence:
+                continue  # the fenced block itself is a candidate
+            if body:
+                cls = SqlAction if kind == "sql" else PythonAction
+                stop = re.search(r"(?im)^\s*(?:answer|abstain|final\s+answer)\s*:", body)
+                candidates.append((m.start(), cls(body[: stop.start()].strip() if stop else body)))
+    if candidates:
+        return max(candidates, key=lambda c: c[0])[1]
+    if _SQL_START.match(text):
+        return SqlAction(text.strip())
+    raise ActionParseError(_expected_formats("no tool call or final answer was found"))
+
+
+def parse_abstain(rest: str) -> AnswerAction:
+    """``<reason>: <explanation>`` (or ``<reason> - <explanation>``, or free text)."""
+    line = rest.strip()
+    parts = re.split(r"\s*(:|—|–|\s-\s|\(|\n)\s*", line, maxsplit=1)
+    head = parts[0]
+    explanation = ""
+    if len(parts) == 3:
+        explanation = parts[2].strip()
+        if parts[1] == "(" and explanation.endswith(")"):
+            explanation = explanation[:-1].strip()
+    reason = normalise_reason(head) or normalise_reason(line)
+    if reason is None:
+        reason = _plain(head).replace(" ", "_")[:60] or "unspecified"
+    return AnswerAction(None, reason, explanation)
+
+
+def parse_answer(text: str) -> AnswerAction | None:
+    """The final answer/abstention in ``text``, or None when it holds none."""
+    try:
+        action = parse_action(text)
+    except ActionParseError:
+        return None
+    return action if isinstance(action, AnswerAction) else None
+
+
+def _expected_formats(problem: str) -> str:
+    return (f"Could not read an action: {problem}. Reply with one of: SQL: <query> (or a ```sql block), "
+            f"PYTHON: <code> (or a ```python block), ANSWER: <value>, ABSTAIN: <reason>: <explanation>, "
+            f"or JSON like {{\"tool\": \"sql\", \"query\": \"...\"}}. Reasons: {', '.join(ABSTAIN_REASONS)}.")

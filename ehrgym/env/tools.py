@@ -1,0 +1,107 @@
+"""The agent's tools: descriptions and OpenAI function-calling schemas, derived from the actions.
+
+Each tool is one :class:`Tool` in :data:`TOOLS`, built from an action dataclass of
+:mod:`ehrgym.env.actions`: the tool name is the action's ``tool`` default, the description is
+its docstring, the parameters are its fields (types from the annotations) with a short note
+each. Adding a tool = adding an action dataclass and one :class:`Tool` entry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from ehrgym.env.actions import AnswerAction, PythonAction, SqlAction
+from ehrgym.vocab import ABSTAIN_REASONS
+
+_JSON_TYPES: dict[Any, dict[str, Any]] = {
+    str: {"type": "string"},
+    int: {"type": "integer"},
+    float: {"type": "number"},
+    bool: {"type": "boolean"},
+}
+
+
+def _json_schema(annotation: Any) -> dict[str, Any]:
+    hint = annotation
+    if hint in _JSON_TYPES:
+        return dict(_JSON_TYPES[hint])
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if typing.get_origin(hint) in (typing.Union, getattr(__import__("types"), "UnionType", None)) and len(args) == 1:
+        return _json_schema(args[0])
+    # Any: an answer may be a number, text, yes/no or a list
+    return {"type": ["string", "number", "boolean", "array"], "items": {"type": ["string", "number"]}}
+
+
+@dataclass(frozen=True)
+class Tool:
+    action: type
+    notes: dict[str, str]
+    required: tuple[str, ...] = ()
+    enums: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return next(f.default for f in dataclasses.fields(self.action) if f.name == "tool")
+
+    @property
+    def description(self) -> str:
+        return " ".join((self.action.__doc__ or "").split())
+
+    def parameters(self) -> dict[str, Any]:
+        hints = typing.get_type_hints(self.action)
+        props: dict[str, Any] = {}
+        for f in dataclasses.fields(self.action):
+            if f.name == "tool":
+                continue
+            schema = _json_schema(hints[f.name])
+            if f.name in self.enums:
+                schema = {"type": "string", "enum": list(self.enums[f.name])}
+            schema["description"] = self.notes.get(f.name, f.name)
+            props[f.name] = schema
+        return {"type": "object", "properties": props, "required": list(self.required),
+                "additionalProperties": False}
+
+    def schema(self) -> dict[str, Any]:
+        return {"type": "function", "function": {"name": self.name, "description": self.description,
+                                                 "parameters": self.parameters()}}
+
+
+TOOLS: dict[str, Tool] = {t.name: t for t in (
+    Tool(SqlAction, {"query": "One DuckDB SELECT over the MIMIC-IV tables (mimiciv_hosp.*, mimiciv_icu.*), "
+                              "or SHOW TABLES / DESCRIBE <table>. Results show at most 50 rows."},
+         required=("query",)),
+    Tool(PythonAction, {"code": "Python source; state persists between calls like a notebook. pandas is pd, "
+                                "numpy is np, and sql(query) returns a DataFrame through the same SQL gate. "
+                                "Print what you want to see."},
+         required=("code",)),
+    Tool(AnswerAction, {"value": "The final answer (number, text, yes/no, date/time or a list); omit when "
+                                 "abstaining.",
+                        "abstain": "Set instead of value when the records do not support an answer: the reason "
+                                   "code.",
+                        "explanation": "Optional short justification, in particular for an abstention."},
+         enums={"abstain": ABSTAIN_REASONS}),
+)}
+
+
+def tool_schemas(names: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+    """OpenAI function-calling schemas of the tools (all, or ``names`` in that order)."""
+    chosen = names if names is not None else tuple(TOOLS)
+    return [TOOLS[n].schema() for n in chosen]
+
+
+@lru_cache(maxsize=16)
+def tool_descriptions(names: tuple[str, ...] | None = None) -> str:
+    """The tools as text for prompts and the first observation."""
+    chosen = names if names is not None else tuple(TOOLS)
+    lines = []
+    for n in chosen:
+        tool = TOOLS[n]
+        params = ", ".join(p for p in tool.parameters()["properties"])
+        lines.append(f"- {n}({params}): {tool.description}")
+        for p, note in tool.notes.items():
+            lines.append(f"    {p}: {note}")
+    return "\n".join(lines)

@@ -1,0 +1,274 @@
+"""Red-team suite for the SQL gate: no attack query gets past it, and defence in depth holds."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_env_support import SECRET, last_creat_task, make_tiny_db, missing_creat_task  # noqa: E402
+
+from ehrgym.env.actions import SqlAction  # noqa: E402
+from ehrgym.env.episode import EhrEnv, EnvConfig  # noqa: E402
+from ehrgym.env.gate import ALLOWED_TEXT, SqlGate  # noqa: E402
+from ehrgym.errors import GateRejection  # noqa: E402
+
+META = "base.ehrgym_meta.build_info"
+
+ATTACKS: list[str] = [
+    # other catalogs / schemas / the clean base / bookkeeping
+    f"SELECT * FROM {META}",
+    "SELECT * FROM ehrgym_meta.build_info",
+    "SELECT * FROM build_info",
+    'SELECT * FROM "base"."ehrgym_meta"."build_info"',
+    "SELECT * FROM BASE.EHRGYM_META.BUILD_INFO",
+    "SELECT * FROM base.mimiciv_hosp.labevents",
+    "SELECT * FROM memory.mimiciv_hosp.labevents",
+    "SELECT * FROM system.main.duckdb_tables",
+    "SELECT * FROM temp.main.anything",
+    'SELECT * FROM "base.ehrgym_meta.build_info"',
+    "SELECT * FROM b\u0430se.ehrgym_meta.build_info",            # Cyrillic 'а' lookalike
+    "SELECT * FROM \uff4c\uff41\uff42\uff45\uff56\uff45\uff4e\uff54\uff53",  # fullwidth 'labevents'
+    "SELECT * FROM labevents_base",
+    "SELECT * FROM mimiciv_icu.labevents",
+    # multiple statements, comments, strings
+    f"SELECT 1; SELECT * FROM {META}",
+    "SELECT 1; DROP VIEW mimiciv_hosp.labevents",
+    f"SELECT * FROM labevents /* x */ ; SELECT * FROM {META}",
+    f"SELECT * FROM labevents -- c\n; SELECT * FROM {META}",
+    f"SELECT 'x' /* ' */ FROM {META} --'",
+    f"SELECT 'a\\' , v FROM (SELECT value AS v FROM {META}) --'",
+    "SELECT * FROM labevents; ATTACH '/tmp/x.duckdb' AS y",
+    # writes, DDL, session and file statements
+    "DROP VIEW mimiciv_hosp.labevents",
+    "CREATE TABLE x AS SELECT 1",
+    f"CREATE OR REPLACE VIEW mimiciv_hosp.labevents AS SELECT * FROM base.mimiciv_hosp.labevents",
+    "CREATE MACRO m() AS 1",
+    "INSERT INTO mimiciv_hosp.patients VALUES (9,'F',1,2150,'x',NULL)",
+    "UPDATE labevents SET valuenum = 1",
+    "DELETE FROM labevents",
+    "SELECT 1 INTO t2",
+    "ATTACH '/tmp/x.duckdb' AS y",
+    "DETACH base",
+    "COPY labevents TO '/tmp/out.csv'",
+    f"COPY (SELECT * FROM {META}) TO '/tmp/leak.csv'",
+    "EXPORT DATABASE '/tmp/exp'",
+    "IMPORT DATABASE '/tmp/exp'",
+    "INSTALL httpfs",
+    "LOAD httpfs",
+    "PRAGMA database_list",
+    "SET enable_external_access = true",
+    "RESET lock_configuration",
+    "SET VARIABLE x = 1",
+    "CALL pragma_database_list()",
+    "USE base",
+    "CHECKPOINT",
+    "VACUUM",
+    "BEGIN TRANSACTION",
+    f"EXPLAIN SELECT * FROM {META}",
+    f"SUMMARIZE {META}",
+    f"DESCRIBE {META}",
+    f"PIVOT base.mimiciv_hosp.labevents ON itemid USING avg(valuenum)",
+    # table functions and replacement scans
+    "SELECT * FROM read_csv('/etc/passwd')",
+    "SELECT * FROM read_csv_auto('/etc/passwd')",
+    "SELECT * FROM read_parquet('x.parquet')",
+    "SELECT * FROM read_json('x.json')",
+    "SELECT * FROM read_text('/etc/passwd')",
+    "SELECT * FROM read_blob('/etc/passwd')",
+    "SELECT * FROM read_duckdb('/tmp/x.duckdb')",
+    "SELECT * FROM sniff_csv('/etc/passwd')",
+    "SELECT * FROM parquet_metadata('x.parquet')",
+    "SELECT * FROM glob('/*')",
+    "SELECT * FROM '/etc/passwd'",
+    "FROM '/tmp/x.csv'",
+    f"SELECT * FROM query('SELECT * FROM {META}')",
+    f"SELECT * FROM query('SELECT * FROM ' || '{META}')",
+    f"SELECT * FROM query_table('{META}')",
+    f"SELECT * FROM query_table(['{META}'])",
+    f"SELECT * FROM json_execute_serialized_sql(json_serialize_sql('SELECT * FROM {META}'))",
+    "SELECT * FROM json_each('{}')",
+    "SELECT * FROM duckdb_tables()",
+    "SELECT * FROM duckdb_views()",
+    "SELECT sql FROM duckdb_views",
+    "SELECT * FROM duckdb_settings()",
+    "SELECT * FROM duckdb_databases()",
+    "SELECT * FROM pragma_table_info('labevents')",
+    "SELECT * FROM information_schema.views",
+    "SELECT * FROM information_schema.schemata",
+    "SELECT * FROM sqlite_master",
+    "SELECT * FROM pg_catalog.pg_views",
+    # scalar functions reading settings, env, catalog, sequences
+    "SELECT current_setting('memory_limit')",
+    "SELECT getenv('HOME')",
+    "SELECT getvariable('x')",
+    "SELECT pg_get_viewdef('mimiciv_hosp.labevents')",
+    "SELECT current_database()",
+    "SELECT nextval('seq')",
+    f"SELECT json_serialize_sql('SELECT * FROM {META}')",
+    # nesting: CTEs, subqueries, lateral, set operations, lambdas
+    f"WITH x AS (SELECT * FROM {META}) SELECT * FROM x",
+    "WITH labevents AS (SELECT * FROM base.mimiciv_hosp.labevents) SELECT * FROM labevents",
+    "WITH duckdb_views AS (SELECT 1) SELECT * FROM (SELECT * FROM duckdb_views)",
+    "WITH sqlite_master AS (SELECT 1 AS a) SELECT * FROM labevents",
+    "SELECT * FROM labevents WHERE subject_id IN (SELECT 1 FROM base.mimiciv_hosp.patients)",
+    f"SELECT * FROM labevents, LATERAL (SELECT * FROM {META}) x",
+    f"SELECT (SELECT value FROM {META} LIMIT 1)",
+    f"SELECT * FROM (VALUES (1)) t(a), {META}",
+    "SELECT * FROM labevents UNION ALL SELECT * FROM base.mimiciv_hosp.labevents",
+    f"SELECT list_transform([1], x -> (SELECT value FROM {META} LIMIT 1))",
+    "SELECT * FROM base.mimiciv_hosp.labevents PIVOT (avg(valuenum) FOR itemid IN (50912))",
+    "SELECT base.mimiciv_hosp.labevents.valuenum FROM labevents",
+    f"SELECT * FROM (FROM {META})",
+    'SELECT * FROM U&"\\0062ase".ehrgym_meta.build_info',               # unicode-escaped identifier
+    f"SELECT * FROM labevents WHERE value = '\\' UNION ALL SELECT * FROM {META} --'",  # backslash is no escape
+    "",
+    "   ;  ",
+]
+
+ALLOWED: list[str] = [
+    "SELECT * FROM labevents LIMIT 5",
+    "select count(*) from MIMICIV_HOSP.LABEVENTS",
+    'SELECT "valuenum" FROM "mimiciv_hosp"."labevents"',
+    "FROM labevents SELECT count(*)",
+    "WITH x AS (SELECT subject_id, max(valuenum) m FROM labevents GROUP BY 1) SELECT * FROM x ORDER BY m DESC",
+    "SELECT l.subject_id, a.hadm_id FROM labevents l JOIN admissions a USING (hadm_id) WHERE l.valuenum > 1",
+    "SELECT subject_id FROM patients UNION SELECT subject_id FROM admissions",
+    "SELECT *, row_number() OVER (PARTITION BY subject_id ORDER BY charttime) FROM labevents QUALIFY 1 = 1",
+    "SELECT date_diff('hour', admittime, dischtime) FROM admissions",
+    "SELECT try_cast(regexp_extract(value, '[0-9.]+') AS DOUBLE) FROM labevents",
+    "SELECT * FROM labevents WHERE hadm_id IN (SELECT hadm_id FROM mimiciv_hosp.admissions)",
+    "SHOW TABLES",
+    "SHOW ALL TABLES",
+    "DESCRIBE labevents",
+    "DESCRIBE mimiciv_icu.icustays",
+    "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'labevents'",
+    "SELECT table_schema, table_name FROM information_schema.tables",
+    "SELECT * FROM range(3)",
+    "SELECT unnest([1, 2, 3])",
+    "SELECT 1; ",
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_db(tmp_path_factory.mktemp("gate") / "tiny.duckdb")
+
+
+@pytest.fixture(scope="module")
+def env(tiny_db: Path):
+    with EhrEnv(tiny_db, EnvConfig(max_steps=1000, python=False)) as e:
+        yield e
+
+
+def test_red_team_suite_is_large_enough() -> None:
+    assert len(ATTACKS) >= 40
+    assert len(set(ATTACKS)) == len(ATTACKS)
+
+
+@pytest.mark.parametrize("query", ATTACKS)
+def test_attack_is_refused_by_the_gate(query: str) -> None:
+    gate = SqlGate()
+    with pytest.raises(GateRejection) as info:
+        gate.check(query)
+    assert "Allowed:" in str(info.value)  # every refusal says what is allowed
+
+
+def test_no_attack_leaks_through_an_episode(env: EhrEnv) -> None:
+    env.reset(missing_creat_task())
+    for query in ATTACKS:
+        result = env.step(SqlAction(query))
+        assert SECRET not in result.observation.text
+        assert result.info["error_kind"] == "gate", query
+        assert result.observation.text.startswith("Query refused"), query
+    # the episode's tables are intact: the overlay still hides patient 1's creatinine
+    assert env.step("SELECT count(*) FROM labevents WHERE subject_id = 1").observation.rows == [(0,)]
+    assert env.step("SELECT count(*) FROM labevents").observation.rows == [(2,)]
+
+
+@pytest.mark.parametrize("query", ALLOWED)
+def test_ordinary_queries_pass_and_run(env: EhrEnv, query: str) -> None:
+    env.reset(last_creat_task())
+    result = env.step(SqlAction(query))
+    assert result.info["error"] is None, result.observation.text
+    assert SECRET not in result.observation.text
+
+
+def test_information_schema_shows_only_the_exposed_tables(env: EhrEnv) -> None:
+    env.reset(last_creat_task())
+    obs = env.step("SELECT DISTINCT table_schema FROM information_schema.columns ORDER BY 1").observation
+    assert obs.rows == [("mimiciv_hosp",), ("mimiciv_icu",)]
+    obs = env.step("SELECT count(*) FROM information_schema.tables").observation
+    assert obs.rows == [(31,)]
+
+
+def test_describe_matches_the_episode_view(env: EhrEnv) -> None:
+    env.reset(last_creat_task())
+    described = env.step("DESCRIBE labevents").observation.rows
+    cur = env.conn.con.execute("DESCRIBE mimiciv_hosp.labevents")
+    actual = [(r[0], r[1]) for r in cur.fetchall()]
+    assert [(r[0], r[1]) for r in described] == actual
+
+
+def test_defence_in_depth_on_the_episode_connection(env: EhrEnv, tiny_db: Path) -> None:
+    """Even a query that skipped the gate could not reach files or change settings."""
+    con = env.conn.con
+    other = tiny_db.parent / "benchmark_answers.jsonl"
+    other.write_text(SECRET)
+    with pytest.raises(duckdb.Error, match="(?i)disabled|permission"):
+        con.execute(f"SELECT * FROM read_text('{other}')").fetchall()
+    with pytest.raises(duckdb.Error, match="(?i)disabled|permission"):
+        con.execute("SELECT * FROM read_csv('/etc/passwd')").fetchall()
+    with pytest.raises(duckdb.Error, match="(?i)locked"):
+        con.execute("SET enable_external_access = true")
+    with pytest.raises(duckdb.Error, match="(?i)locked"):
+        con.execute("SET memory_limit = '100GB'")
+    with pytest.raises(duckdb.Error):
+        con.execute("INSERT INTO base.mimiciv_hosp.patients VALUES (9,'F',1,2150,'x',NULL)")
+
+
+def test_rejections_are_cached_and_stay_rejections() -> None:
+    gate = SqlGate(cache_size=2)
+    for _ in range(3):
+        with pytest.raises(GateRejection):
+            gate.check(f"SELECT * FROM {META}")
+    assert gate.check("SELECT 1").kind == "query"
+    assert "SELECT" in ALLOWED_TEXT
+
+
+def test_the_database_file_itself_is_only_guarded_by_the_gate(tiny_db: Path) -> None:
+    """DuckDB exempts attached database files from enable_external_access=false, so reading
+    the file with read_blob/read_text must be stopped by both gate parsers."""
+    gate = SqlGate()
+    for fn in ("read_blob", "read_text", "read_duckdb"):
+        with pytest.raises(GateRejection):
+            gate.check(f"SELECT * FROM {fn}('{tiny_db}')")
+        with pytest.raises(GateRejection):
+            gate.check_with_duckdb(f"SELECT * FROM {fn}('{tiny_db}')")
+
+
+@pytest.mark.parametrize("query", ATTACKS)
+def test_duckdb_parser_layer_alone_refuses_every_attack(query: str) -> None:
+    """The second layer (DuckDB's own parser) holds even if sqlglot were fooled."""
+    with pytest.raises(GateRejection):
+        SqlGate().check_with_duckdb(query)
+
+
+def test_parallel_gate_decides_like_the_sequential_one() -> None:
+    par, seq = SqlGate(parallel=True), SqlGate(parallel=False)
+    try:
+        for query in ATTACKS + ALLOWED:
+            outcomes = []
+            for gate in (par, seq):
+                try:
+                    d = gate.check(query)
+                    outcomes.append((d.kind, d.sql, d.tables))
+                except GateRejection as exc:
+                    outcomes.append(str(exc))
+            assert outcomes[0] == outcomes[1], query
+    finally:
+        par.close()
+        seq.close()
