@@ -118,7 +118,10 @@ def parse_items(value: Any) -> list[Any]:
     text = str(value).strip()
     if text.startswith("[") and text.endswith("]"):
         text = text[1:-1]
-    parts = [p.strip().strip("'\"") for p in re.split(r"[;\n]|,(?!\d{3}\b)|,(?=\s)", text)]
+    # Items that contain commas themselves ("Chronic kidney disease, unspecified") are written
+    # one per line or separated by semicolons; only plain lists are split on commas.
+    separator = r"[;\n]" if re.search(r"[;\n]", text) else r",(?!\d{3}\b)|,(?=\s)"
+    parts = [p.strip().strip("'\"") for p in re.split(separator, text)]
     return [p for p in parts if p]
 
 
@@ -209,7 +212,8 @@ def format_answer(value: Any, spec: AnswerSpec) -> str:
     if value is None:
         return "null"
     if spec.type in ("set", "list"):
-        return ", ".join(str(v) for v in value)
+        items = [str(v) for v in value]
+        return ("; " if any("," in i for i in items) else ", ").join(items)
     if spec.type == "boolean":
         return "yes" if value else "no"
     if spec.type == "number" and spec.decimals is not None:

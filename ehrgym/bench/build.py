@@ -1,0 +1,108 @@
+"""``build_benchmark``: the one entry point that turns a database into a Clean–Noise benchmark."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from ehrgym.bench.builder import BENCHMARK_FORMAT_VERSION, Builder, database_bookkeeping, ensure_out_dir, \
+    make_tasks, pair_id_of
+from ehrgym.bench.card import card_markdown, make_card
+from ehrgym.bench.configs import BuildConfig, get_config
+from ehrgym.bench.dataset import write_benchmark
+from ehrgym.bench.splits import assign_splits
+from ehrgym.bench.task import Task
+from ehrgym.bench.templates.base import Template
+
+
+@dataclass
+class BuildResult:
+    out: Path
+    tasks: list[Task]
+    manifest: dict[str, Any]
+    report: dict[str, Any]
+    card: dict[str, Any]
+
+
+def build_benchmark(db: str | Path, out: str | Path, config: str | BuildConfig = "small", seed: int = 0,
+                    progress: bool = True, templates: Iterable[Template] | None = None) -> BuildResult:
+    """Sample, inject, verify and write a benchmark; see ``ehrgym.bench.configs`` for the distribution."""
+    t_start = time.perf_counter()
+    cpu_start = _cpu_seconds()
+    cfg = get_config(config)
+    out = ensure_out_dir(out)
+    builder = Builder(db, cfg, seed, progress=progress, templates=templates)
+    try:
+        bookkeeping = database_bookkeeping(builder.verifier)
+        drafts = builder.run()
+    finally:
+        builder.close()
+    t_pairs = time.perf_counter()
+    splits, held = assign_splits(
+        ((pair_id_of(d), d.template.id, d.template.intent, d.template.level,
+          d.params.get("subject_id") if d.template.level == "patient" else None,
+          d.clean["meta"]["entity"]) for d in drafts),
+        seed, cfg.split_fractions, cfg.ood_templates_per_intent)
+    tasks = make_tasks(drafts, splits)
+    info = {"config": cfg.to_dict(), "seed": int(seed), "db_source": bookkeeping.get("source", "unknown"),
+            "db_content_hash": bookkeeping.get("content_hash"), "ood_templates": held,
+            "distribution": ("even over (intent, level) cells with templates, then over noise levels, subtypes "
+                             "and templates; deficits of a slot go to its cell, then to all slots "
+                             "(ehrgym.bench.configs)")}
+    card = make_card(tasks, info)
+    stats = builder.stats
+    attempts = sum(stats.attempts.values())
+    report = {
+        "config": cfg.name, "seed": int(seed), "target_pairs": cfg.pairs, "kept_pairs": len(drafts),
+        "shortfall": max(cfg.pairs - len(drafts), 0),
+        "candidates_drawn": dict(sorted(stats.candidates.items())),
+        "candidates_ineligible": dict(sorted(stats.ineligible.items())),
+        "attempts": attempts, "attempts_by_subtype": dict(sorted(stats.attempts.items())),
+        "discarded": dict(sorted(stats.discarded.items())),
+        "discarded_by_subtype": {k: dict(sorted(v.items())) for k, v in sorted(stats.discarded_by_subtype.items())},
+        "warnings": stats.warnings,
+        "timings_seconds": {
+            "sampling": round(stats.timings["sampling"], 3),
+            "gold_execution": round(stats.timings["gold_execution"], 3),
+            "verification": round(stats.timings["verification"], 3),
+            "writing": None, "total": None,
+        },
+    }
+    manifest = {
+        "format_version": BENCHMARK_FORMAT_VERSION, "config": cfg.to_dict(), "seed": int(seed),
+        "db_path": str(Path(db).resolve()), "db_content_hash": bookkeeping.get("content_hash"),
+        "db_source": bookkeeping.get("source", "unknown"), "db_release": bookkeeping.get("release"),
+        "ood_templates": held,
+    }
+    t_write = time.perf_counter()
+    report["timings_seconds"]["writing"] = None
+    manifest = write_benchmark(out, tasks, card, card_markdown(card), report, manifest)
+    t_end = time.perf_counter()
+    report["timings_seconds"]["pairs"] = round(t_pairs - t_start, 3)
+    report["timings_seconds"]["writing"] = round(t_end - t_write, 3)
+    report["timings_seconds"]["total"] = round(t_end - t_start, 3)
+    report["timings_seconds"]["cpu"] = round(_cpu_seconds() - cpu_start, 3)  # this process + worker processes
+    from ehrgym.bench.dataset import dump_json
+
+    dump_json(report, out / "build_report.json")
+    return BuildResult(out, tasks, manifest, report, card)
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and its finished children (the build's worker processes)."""
+    import resource
+
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + kids.ru_utime + kids.ru_stime
+
+
+def summary(result: BuildResult) -> str:
+    counts = Counter(t.split for t in result.tasks if t.variant == "noise")
+    r = result.report
+    return (f"{r['kept_pairs']} pairs ({r['target_pairs']} planned) → {result.out}\n"
+            f"splits: {dict(sorted(counts.items()))}\n"
+            f"content hash: {result.manifest['content_hash']}\n"
+            f"timings (s): {r['timings_seconds']}")

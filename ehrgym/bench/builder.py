@@ -1,0 +1,474 @@
+"""The Clean–Noise benchmark builder: sample entities, inject noise, verify pairs, write the dataset.
+
+``build_benchmark(db, out, config="small", seed=0)`` is deterministic: the same database,
+config and seed give byte-identical ``tasks.jsonl``, ``tasks.parquet``, ``card.json``,
+``card.md`` and ``manifest.json`` (``build_report.json`` also holds wall-clock timings).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+import warnings
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+from tqdm import tqdm
+
+from ehrgym.bench.answers import NotComparable, answers_match, format_answer, gold_from_rows
+from ehrgym.bench.complexity import sql_complexity, sql_tables
+from ehrgym.bench.configs import BuildConfig, plan_quotas
+from ehrgym.bench.noise import INJECTORS, InjectContext, Injection
+from ehrgym.bench.noise.cleaning import plain_relation, relation
+from ehrgym.bench.sampling import Candidate, sample_candidates
+from ehrgym.bench.sqlrender import json_value, render_sql, render_text
+from ehrgym.bench.task import Expected, Task
+from ehrgym.bench.templates.base import Template
+from ehrgym.bench.templates.registry import all_templates
+from ehrgym.bench.verify import PairVerifier
+from ehrgym.db.connect import read_meta
+from ehrgym.errors import BenchmarkError, DatabaseError
+from ehrgym.vocab import NOISE_SUBTYPES
+
+BENCHMARK_FORMAT_VERSION = 1
+SUBTYPE_ORDER = list(NOISE_SUBTYPES)
+
+
+class BenchmarkBuildWarning(UserWarning):
+    """Something in the database limits the build (skipped templates or intents, a shortfall)."""
+
+
+def _stable_int(*parts: Any) -> int:
+    return int(hashlib.sha256(repr(parts).encode()).hexdigest()[:15], 16)
+
+
+@dataclass
+class Draft:
+    """One verified pair before splits are assigned."""
+
+    template: Template
+    subtype: str
+    params: dict[str, Any]
+    clean: dict[str, Any]
+    noise: dict[str, Any]
+
+
+@dataclass
+class BuildStats:
+    candidates: Counter = field(default_factory=Counter)  # drawn per template
+    ineligible: Counter = field(default_factory=Counter)  # reason -> count
+    attempts: Counter = field(default_factory=Counter)  # subtype -> attempts
+    discarded: Counter = field(default_factory=Counter)  # reason -> count
+    discarded_by_subtype: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
+    timings: Counter = field(default_factory=Counter)
+    warnings: list[str] = field(default_factory=list)
+
+    def merge(self, other: "BuildStats") -> None:
+        for name in ("candidates", "ineligible", "attempts", "discarded", "timings"):
+            getattr(self, name).update(getattr(other, name))
+        for sub, counter in other.discarded_by_subtype.items():
+            self.discarded_by_subtype[sub].update(counter)
+        self.warnings.extend(w for w in other.warnings if w not in self.warnings)
+
+    def discard(self, subtype: str, reason: str) -> None:
+        self.discarded[reason] += 1
+        self.discarded_by_subtype[subtype][reason] += 1
+
+
+class _Clock:
+    def __init__(self, stats: BuildStats, key: str) -> None:
+        self.stats, self.key = stats, key
+
+    def __enter__(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stats.timings[self.key] += time.perf_counter() - self.t0
+
+
+class _Slot:
+    def __init__(self, template: Template, subtype: str, quota: int) -> None:
+        self.template, self.subtype, self.quota = template, subtype, quota
+        self.made = 0
+        self.pointer = 0
+        self.failures = 0
+        self.exhausted = False
+
+
+class Builder:
+    def __init__(self, db_path: str | Path, config: BuildConfig, seed: int, progress: bool = True,
+                 templates: Iterable[Template] | None = None) -> None:
+        self.db_path = Path(db_path)
+        if not self.db_path.exists():
+            raise DatabaseError(f"database {self.db_path} does not exist; build one with `ehrgym db synth` "
+                                f"or `ehrgym db load-mimic`")
+        self.config, self.seed, self.progress = config, int(seed), progress
+        self.templates = list(templates) if templates is not None else all_templates()
+        self.stats = BuildStats()
+        self.verifier = PairVerifier(self.db_path)
+        self.candidates: dict[str, list[Candidate]] = {}
+        self.used: dict[str, set[int]] = defaultdict(set)
+        self.clean_cache: dict[tuple[str, int], tuple[Any, str] | None] = {}
+        self.max_ids: dict[tuple[str, str], int] = {}
+        self._ineligible: dict[str, Counter] = {}
+        self.clean_problem: dict[tuple[str, int], str] = {}
+        self._all_drawn: dict[str, bool] = {}
+
+    # ---------------------------------------------------------------- planning
+    def applicable(self, t: Template) -> list[str]:
+        return [s for s in SUBTYPE_ORDER if INJECTORS[s].applies(t)]
+
+    def _plan(self, templates: list[Template]) -> dict[tuple[str, str], int]:
+        table = {(t.intent, t.level, t.id): self.applicable(t) for t in templates}
+        return plan_quotas(self.config.pairs, table, NOISE_SUBTYPES)
+
+    def _draw(self, t: Template, need: int) -> None:
+        """Draw candidates until ``need`` are eligible (real data has naturally noisy entities)."""
+        cap = self.config.max_candidates
+        n = int(min(max(need, self.config.min_candidates), cap))
+        while True:
+            with _Clock(self.stats, "sampling"):
+                cands = sample_candidates(self.verifier.con, t, n, self.seed)
+            eligible = [c for c in cands if c.ineligible_reason is None]
+            if len(eligible) >= need or len(cands) < n or n >= cap:
+                break
+            n = int(min(cap, max(2 * n, math.ceil(1.2 * need * len(cands) / max(len(eligible), 1)))))
+        self.stats.candidates[t.id] = len(cands)
+        self._all_drawn[t.id] = len(cands) < n or n >= cap
+        self._ineligible[t.id] = Counter(c.ineligible_reason for c in cands if c.ineligible_reason)
+        self.stats.ineligible = sum(self._ineligible.values(), Counter())
+        self.candidates[t.id] = eligible
+
+    def sample(self) -> dict[tuple[str, str], int]:
+        self.verifier.clean()
+        first = self._plan(self.templates)
+        per_template = Counter()
+        for (tid, _), q in first.items():
+            per_template[tid] += q
+        bar = tqdm(self.templates, desc="sampling", disable=not self.progress, leave=False)
+        for t in bar:
+            self._draw(t, math.ceil(per_template[t.id] * self.config.oversample))
+        usable = [t for t in self.templates if self.candidates.get(t.id)]
+        skipped = [t.id for t in self.templates if not self.candidates.get(t.id)]
+        for tid in skipped:
+            self.stats.warnings.append(f"template {tid} skipped: no eligible entity in this database")
+        if skipped:
+            warnings.warn(f"{len(skipped)} templates skipped (their tables are empty or hold no naturally clean "
+                          f"evidence in this database): {', '.join(skipped)}", BenchmarkBuildWarning, stacklevel=2)
+        for intent in sorted({t.intent for t in self.templates} - {t.intent for t in usable}):
+            msg = f"intent {intent!r} skipped: its tables hold no eligible evidence in this database"
+            self.stats.warnings.append(msg)
+            warnings.warn(msg, BenchmarkBuildWarning, stacklevel=2)
+        plan = self._plan(usable)
+        again = Counter()
+        for (tid, _), q in plan.items():
+            again[tid] += q
+        for t in usable:  # a re-plan can raise a template's share: draw more if needed
+            need = math.ceil(again[t.id] * self.config.oversample)
+            if need > len(self.candidates[t.id]) and not self._all_drawn[t.id]:
+                self._draw(t, need)
+        return plan
+
+    # ---------------------------------------------------------------- one pair
+    def _clean(self, t: Template, c: Candidate) -> tuple[Any, str] | None:
+        key = (t.id, c.index)
+        if key not in self.clean_cache:
+            sql = render_sql(t.gold_sql, c.params, plain_relation(t))
+            with _Clock(self.stats, "gold_execution"):
+                try:
+                    value = gold_from_rows(self.verifier.rows(sql), t.answer)
+                except Exception as exc:  # noqa: BLE001 — a template bug must not abort a build
+                    self.stats.warnings.append(f"template {t.id}: clean gold failed: {exc}")
+                    value = None
+            if value is not None and not _round_trips(value, t.answer):
+                self.clean_problem[key] = "answer_not_round_trippable"
+                value = None
+            self.clean_cache[key] = (value, sql) if value is not None else None
+        return self.clean_cache[key]
+
+    def attempt(self, t: Template, subtype: str, c: Candidate) -> Draft | None:
+        if not INJECTORS[subtype].accepts(t, c.params):
+            self.stats.discard(subtype, "entity_not_applicable")
+            return None
+        self.stats.attempts[subtype] += 1
+        clean = self._clean(t, c)
+        if clean is None:
+            self.stats.discard(subtype, self.clean_problem.get((t.id, c.index), "clean_no_answer"))
+            return None
+        clean_value, clean_sql = clean
+        rng = np.random.default_rng([self.seed, _stable_int(t.id), c.index, SUBTYPE_ORDER.index(subtype)])
+        paraphrase = int(rng.integers(0, len(t.paraphrases)))
+        with _Clock(self.stats, "verification"):
+            self.verifier.clean()
+            ctx = InjectContext(self.verifier.con, t, dict(c.params), clean_value, rng, max_ids=self.max_ids)
+            try:
+                inj = INJECTORS[subtype].inject(ctx)
+            except Exception as exc:  # noqa: BLE001
+                self.stats.warnings.append(f"{t.id} × {subtype}: injector failed: {exc}")
+                inj = None
+            if inj is None:
+                self.stats.discard(subtype, "not_injectable")
+                return None
+            noisy_params = inj.params or c.params
+            naive_sql = render_sql(t.gold_sql, noisy_params, plain_relation(t))
+            robust_sql = None
+            if inj.expected_kind == "answer":
+                robust_sql = render_sql(t.gold_sql, inj.robust_params or c.params,
+                                        relation(t, c.params, inj.cleaners))
+            outcome = self.verifier.check_noise(
+                subtype=subtype, overlay=inj.noise.overlay, spec=t.answer, expected_kind=inj.expected_kind,
+                expected_value=clean_value, naive_sql=naive_sql, robust_sql=robust_sql)
+        if not outcome.ok:
+            self.stats.discard(subtype, outcome.reason or "unknown")
+            return None
+        return self._draft(t, subtype, c, clean_value, clean_sql, paraphrase, inj, naive_sql, robust_sql,
+                           outcome.naive_value)
+
+    def _draft(self, t: Template, subtype: str, c: Candidate, clean_value: Any, clean_sql: str, paraphrase: int,
+               inj: Injection, naive_sql: str, robust_sql: str | None, trap_value: Any) -> Draft:
+        entity = {k: json_value(v) for k, v in sorted(c.params.items())}
+        question = render_text(t.paraphrases[paraphrase], c.params)
+        noisy_params = inj.params or c.params
+        noisy_question = inj.question or render_text(t.paraphrases[paraphrase], noisy_params)
+        subjects = [int(c.params["subject_id"])] if t.level == "patient" and "subject_id" in c.params else []
+        base_meta = {"answer_type": t.answer.type, "subject_ids": subjects, "entity": entity,
+                     "paraphrase": paraphrase, "template_description": t.description}
+        clean = {"question": question, "gold_sql": clean_sql, "naive_sql": clean_sql,
+                 "expected": Expected("answer", t.answer, clean_value),
+                 "meta": {**base_meta, "evidence_sql": evidence_sql(t, c.params)}}
+        gold_sql = robust_sql if inj.expected_kind == "answer" else naive_sql
+        expected = (Expected("answer", t.answer, clean_value) if inj.expected_kind == "answer"
+                    else Expected("abstain", t.answer, None, inj.reason))
+        noise_meta = {**base_meta, "evidence_sql": evidence_sql(t, noisy_params), "trap_value": trap_value}
+        if inj.params is not None:
+            noise_meta["noisy_entity"] = {k: json_value(v) for k, v in sorted(noisy_params.items())}
+        noise = {"question": noisy_question, "gold_sql": gold_sql, "naive_sql": naive_sql, "expected": expected,
+                 "noise": inj.noise, "meta": noise_meta}
+        return Draft(t, subtype, dict(c.params), clean, noise)
+
+    # ---------------------------------------------------------------- filling slots
+    def _fill(self, slot: _Slot, wanted: int, drafts: list[Draft], bar: tqdm) -> int:
+        """Try to make ``wanted`` more pairs in ``slot``; returns how many were made."""
+        made = 0
+        cands = self.candidates.get(slot.template.id, [])
+        used = self.used[slot.template.id]
+        while made < wanted and not slot.exhausted:
+            while slot.pointer < len(cands) and cands[slot.pointer].index in used:
+                slot.pointer += 1
+            if slot.pointer >= len(cands) or slot.failures >= self.config.max_failures_per_slot:
+                slot.exhausted = True
+                break
+            cand = cands[slot.pointer]
+            slot.pointer += 1
+            if not INJECTORS[slot.subtype].accepts(slot.template, cand.params):
+                continue
+            draft = self.attempt(slot.template, slot.subtype, cand)
+            if draft is None:
+                slot.failures += 1
+                continue
+            slot.failures = 0
+            used.add(cand.index)
+            drafts.append(draft)
+            slot.made += 1
+            made += 1
+            bar.update(1)
+        return made
+
+    def run(self) -> list[Draft]:
+        plan = self.sample()
+        by_id = {t.id: t for t in self.templates}
+        slots = [_Slot(by_id[tid], sub, q) for (tid, sub), q in sorted(
+            plan.items(), key=lambda kv: (kv[0][0], SUBTYPE_ORDER.index(kv[0][1])))]
+        drafts: list[Draft] = []
+        bar = tqdm(total=self.config.pairs, desc="pairs", disable=not self.progress, leave=False)
+        if self.config.workers > 1 and len({s.template.id for s in slots}) > 1:
+            self._fill_parallel(slots, drafts, bar)
+        else:
+            for slot in slots:
+                self._fill(slot, slot.quota, drafts, bar)
+        deficit: Counter = Counter()
+        for slot in slots:
+            deficit[(slot.template.intent, slot.template.level)] += slot.quota - slot.made
+        for cell in sorted(deficit):  # deficits go to the cell's other slots first, then anywhere
+            cell_slots = [s for s in slots if (s.template.intent, s.template.level) == cell]
+            deficit[cell] = self._round_robin(cell_slots, deficit[cell], drafts, bar)
+        remaining = sum(deficit.values())
+        if remaining:
+            remaining = self._round_robin(slots, remaining, drafts, bar)
+        bar.close()
+        if remaining:
+            msg = (f"only {len(drafts)} of {self.config.pairs} pairs could be verified on this database "
+                   f"(shortfall {remaining}); see build_report.json for discard reasons")
+            self.stats.warnings.append(msg)
+            warnings.warn(msg, BenchmarkBuildWarning, stacklevel=2)
+        return drafts
+
+    def _round_robin(self, slots: list[_Slot], deficit: int, drafts: list[Draft], bar: tqdm) -> int:
+        while deficit > 0:
+            open_slots = [s for s in slots if not s.exhausted]
+            if not open_slots:
+                break
+            for s in open_slots:
+                if deficit <= 0:
+                    break
+                deficit -= self._fill(s, 1, drafts, bar)
+        return deficit
+
+    def _fill_parallel(self, slots: list[_Slot], drafts: list[Draft], bar: tqdm) -> None:
+        """First pass over the slots in worker processes, one template per worker at a time.
+
+        A template's slots only read and consume that template's candidates, so running whole
+        templates in separate processes gives exactly the sequential result; the deficit passes
+        that mix templates then run here, sequentially, on the merged state.
+        """
+        by_template: dict[str, list[_Slot]] = defaultdict(list)
+        for slot in slots:
+            by_template[slot.template.id].append(slot)
+        load = {tid: sum(s.quota for s in ss) * (3 if ss[0].template.level == "population" else 1)
+                for tid, ss in by_template.items()}
+        groups: list[list[str]] = [[] for _ in range(self.config.workers)]
+        weights = [0] * self.config.workers
+        for tid in sorted(load, key=lambda k: (-load[k], k)):  # longest first onto the lightest worker
+            i = weights.index(min(weights))
+            groups[i].append(tid)
+            weights[i] += load[tid]
+        jobs = []
+        for tids in groups:
+            if tids:
+                jobs.append([(by_template[tid][0].template, [(s.subtype, s.quota) for s in by_template[tid]],
+                              self.candidates.get(tid, [])) for tid in sorted(tids)])
+        results = _run_workers([(str(self.db_path), self.config, self.seed, job) for job in jobs])
+        index = {(s.template.id, s.subtype): s for s in slots}
+        for res in results:
+            for key, (made, pointer, failures, exhausted) in res["slots"].items():
+                slot = index[key]
+                slot.made, slot.pointer, slot.failures, slot.exhausted = made, pointer, failures, exhausted
+            for tid, used in res["used"].items():
+                self.used[tid] |= used
+            self.clean_cache.update(res["clean_cache"])
+            self.clean_problem.update(res["clean_problem"])
+            self.max_ids.update(res["max_ids"])
+            self.stats.merge(res["stats"])
+            drafts.extend(res["drafts"])
+            bar.update(len(res["drafts"]))
+
+    def close(self) -> None:
+        self.verifier.close()
+
+
+def _run_workers(jobs: list[Any]) -> list[dict[str, Any]]:
+    """Run ``_fill_worker`` on each job in its own ``python -m ehrgym.bench.worker`` process."""
+    import os
+    import pickle
+    import subprocess
+    import sys
+    import tempfile
+
+    procs = []
+    for job in jobs:
+        out, err_file = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+        proc = subprocess.Popen([sys.executable, "-m", "ehrgym.bench.worker"], stdin=subprocess.PIPE, stdout=out,
+                                stderr=err_file, env=os.environ.copy())
+        assert proc.stdin is not None
+        proc.stdin.write(pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL))
+        proc.stdin.close()
+        procs.append((proc, out, err_file))
+    results = []
+    for proc, out, err_file in procs:
+        code = proc.wait()
+        err_file.seek(0)
+        err = err_file.read().decode(errors="replace")
+        err_file.close()
+        if code != 0:
+            raise BenchmarkError(f"a build worker failed (exit {proc.returncode}); rerun with workers=1 to see the "
+                                 f"error in-process. Worker stderr:\n{err[-3000:]}")
+        out.seek(0)
+        results.append(pickle.load(out))
+        out.close()
+    return results
+
+
+def _fill_worker(args: tuple[str, BuildConfig, int, list[tuple[Template, list[tuple[str, int]], list[Candidate]]]]
+                 ) -> dict[str, Any]:
+    """Fill the slots of some templates in a separate process (see ``Builder._fill_parallel``)."""
+    import os
+
+    db_path, config, seed, job = args
+    b = Builder(db_path, config, seed, progress=False, templates=[t for t, _, _ in job])
+    b.verifier.con.execute(f"SET threads = {max(1, (os.cpu_count() or 1) // config.workers)}")
+    try:
+        drafts: list[Draft] = []
+        bar = tqdm(disable=True)
+        states = {}
+        for t, subs, cands in job:
+            b.candidates[t.id] = cands
+            for sub, quota in subs:
+                slot = _Slot(t, sub, quota)
+                b._fill(slot, quota, drafts, bar)
+                states[(t.id, sub)] = (slot.made, slot.pointer, slot.failures, slot.exhausted)
+        return {"drafts": drafts, "slots": states, "used": dict(b.used), "clean_cache": b.clean_cache,
+                "clean_problem": b.clean_problem,
+                "max_ids": b.max_ids, "stats": b.stats}
+    finally:
+        b.close()
+
+
+def _round_trips(value: Any, spec) -> bool:
+    """The gold value written as an agent writes it (``format_answer``) must read back as itself —
+    e.g. a set of names that themselves contain ", " cannot be answered unambiguously."""
+    try:
+        return answers_match(value, format_answer(value, spec), spec)
+    except NotComparable:
+        return False
+
+
+def evidence_sql(t: Template, params: dict[str, Any]) -> str:
+    """SQL listing the evidence rows of one question (run it on clean and noisy views alike)."""
+    ev = t.evidence
+    order = f"\nORDER BY e.{ev.time_col}" if ev.time_col else ""
+    join = f"\n{render_sql(ev.join, params, {})}" if ev.join else ""
+    return (f"SELECT e.*\nFROM {ev.qualified} e{join}\nWHERE {render_sql(ev.where, params, {})}{order}")
+
+
+def make_tasks(drafts: list[Draft], splits: dict[str, str]) -> list[Task]:
+    tasks = []
+    for d in drafts:
+        pair_id = pair_id_of(d)
+        for variant, data in (("clean", d.clean), ("noise", d.noise)):
+            gold = data["gold_sql"]
+            meta = dict(data["meta"])
+            meta["complexity"] = sql_complexity(gold)
+            meta["tables"] = sql_tables(gold)
+            tasks.append(Task(
+                task_id=f"{pair_id}:{variant}", pair_id=pair_id, variant=variant, intent=d.template.intent,
+                level=d.template.level, template_id=d.template.id, question=data["question"], gold_sql=gold,
+                naive_sql=data["naive_sql"], expected=data["expected"], noise=data.get("noise"),
+                split=splits[pair_id], meta=meta))
+    return sorted(tasks, key=lambda t: t.task_id)
+
+
+def pair_id_of(d: Draft) -> str:
+    entity = {k: json_value(v) for k, v in sorted(d.params.items())}
+    digest = hashlib.sha256(json.dumps([d.template.id, d.subtype, entity], sort_keys=True,
+                                       default=str).encode()).hexdigest()[:12]
+    return f"{d.template.id}:{d.subtype}:{digest}"
+
+
+def database_bookkeeping(verifier: PairVerifier) -> dict[str, Any]:
+    try:
+        return read_meta(verifier.con, "base")
+    except DatabaseError:
+        return {}
+
+
+def ensure_out_dir(out: str | Path) -> Path:
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise BenchmarkError(f"output {out} exists and is not a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    return out

@@ -1,0 +1,98 @@
+"""The dataset card: counts by intent × level × variant × noise level × subtype, SQL complexity,
+splits and answer types, as ``card.json`` and a Markdown ``card.md``."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from statistics import mean
+from typing import Any
+
+from ehrgym.bench.task import Task
+from ehrgym.vocab import INTENTS, NOISE_SUBTYPES
+
+
+def _nested(counter: Counter) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, n in sorted(counter.items()):
+        node = out
+        for part in key[:-1]:
+            node = node.setdefault(part, {})
+        node[key[-1]] = n
+    return out
+
+
+def make_card(tasks: list[Task], info: dict[str, Any]) -> dict[str, Any]:
+    noise = [t for t in tasks if t.variant == "noise"]
+    clean = [t for t in tasks if t.variant == "clean"]
+    full = Counter((t.intent, t.level, t.variant, t.noise.level if t.noise else "clean",
+                    t.noise.subtype if t.noise else "clean") for t in tasks)
+    complexity: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for t in tasks:
+        complexity[(t.intent, t.level)].append(int(t.meta.get("complexity", 0)))
+    by_intent: dict[str, list[int]] = defaultdict(list)
+    for (intent, _), vals in complexity.items():
+        by_intent[intent].extend(vals)
+    all_c = [c for vals in complexity.values() for c in vals]
+    clean_c = [int(t.meta.get("complexity", 0)) for t in clean]
+    return {
+        **info,
+        "pairs": len(noise),
+        "tasks": len(tasks),
+        "templates": len({t.template_id for t in tasks}),
+        "by_intent_level": _nested(Counter((t.intent, t.level) for t in noise)),
+        "by_noise_level": dict(sorted(Counter(t.noise.level for t in noise).items())),
+        "by_subtype": {s: n for s, n in sorted(Counter(t.noise.subtype for t in noise).items(),
+                                                key=lambda kv: list(NOISE_SUBTYPES).index(kv[0]))},
+        "by_expected": dict(sorted(Counter(f"{t.variant}:{t.expected.kind}" for t in tasks).items())),
+        "by_abstain_reason": dict(sorted(Counter(t.expected.reason for t in noise if t.expected.is_abstain).items())),
+        "counts": _nested(full),
+        "by_split": _nested(Counter((t.split, t.variant) for t in tasks)),
+        "by_answer_type": dict(sorted(Counter(t.expected.answer.type for t in clean).items())),
+        "by_template": dict(sorted(Counter(t.template_id for t in noise).items())),
+        "sql_complexity": {
+            "mean_all_gold": round(mean(all_c), 2) if all_c else None,
+            "mean_clean_gold": round(mean(clean_c), 2) if clean_c else None,
+            "by_intent": {i: round(mean(v), 2) for i, v in sorted(by_intent.items())},
+            "by_intent_level": _nested(Counter({k: round(mean(v), 2) for k, v in complexity.items()})),
+        },
+    }
+
+
+def card_markdown(card: dict[str, Any]) -> str:
+    lines = [f"# EHR-RobustGym benchmark card — config `{card.get('config', {}).get('name', '?')}`", "",
+             f"- pairs: **{card['pairs']}** ({card['tasks']} tasks), templates: {card['templates']}",
+             f"- database: {card.get('db_source', '?')} (content hash `{str(card.get('db_content_hash'))[:16]}…`)",
+             f"- seed: {card.get('seed')}",
+             f"- distribution: {card.get('distribution', '')}",
+             f"- SQL structural complexity (sqlglot components, mean over gold SQL): "
+             f"{card['sql_complexity']['mean_all_gold']} (clean gold: {card['sql_complexity']['mean_clean_gold']})",
+             "", "## Pairs by intent and level", "", "| intent | patient | population | complexity (mean) |",
+             "|---|---|---|---|"]
+    for intent in INTENTS:
+        row = card["by_intent_level"].get(intent, {})
+        if not row:
+            continue
+        lines.append(f"| {intent} | {row.get('patient', 0)} | {row.get('population', 0)} | "
+                     f"{card['sql_complexity']['by_intent'].get(intent, '')} |")
+    lines += ["", "## Noise", "", "| level | subtype | pairs |", "|---|---|---|"]
+    for sub, n in card["by_subtype"].items():
+        lines.append(f"| {NOISE_SUBTYPES[sub]} | {sub} | {n} |")
+    lines += ["", "Noise levels: " + ", ".join(f"{k} {v}" for k, v in card["by_noise_level"].items()),
+              "", "## Expected outcomes", ""]
+    lines += [f"- {k}: {v}" for k, v in card["by_expected"].items()]
+    lines += ["", "Abstention reasons: " + ", ".join(f"{k} {v}" for k, v in card["by_abstain_reason"].items()),
+              "", "## Splits", "", "| split | clean | noise |", "|---|---|---|"]
+    for split, row in card["by_split"].items():
+        lines.append(f"| {split} | {row.get('clean', 0)} | {row.get('noise', 0)} |")
+    lines += ["", f"Held-out (ood) templates: {', '.join(card.get('ood_templates', [])) or 'none'}",
+              "", "## Answer types (clean tasks)", ""]
+    lines += [f"- {k}: {v}" for k, v in card["by_answer_type"].items()]
+    lines += ["", "## Pairs per intent × level × noise level × subtype", "",
+              "| intent | level | noise level | subtype | pairs |", "|---|---|---|---|---|"]
+    for intent, levels in card["counts"].items():
+        for level, variants in levels.items():
+            for nl, subs in variants.get("noise", {}).items():
+                for sub, n in subs.items():
+                    lines.append(f"| {intent} | {level} | {nl} | {sub} | {n} |")
+    lines += ["", "## Pairs per template", ""] + [f"- `{k}`: {v}" for k, v in card["by_template"].items()]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,72 @@
+"""``ehrgym bench``: build, describe and inspect Clean–Noise benchmarks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+
+@click.group("bench")
+def group() -> None:
+    """Build Clean–Noise benchmarks from a database and inspect them."""
+
+
+@group.command("build")
+@click.option("--db", "db", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="DuckDB database built by `ehrgym db synth` or `ehrgym db load-mimic`.")
+@click.option("--config", "config", type=click.Choice(["small", "paper"]), default="small", show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True)
+@click.option("--quiet", is_flag=True, help="No progress bars.")
+def build(db: Path, config: str, seed: int, out: Path, quiet: bool) -> None:
+    """Sample entities, inject the 13 noise subtypes, verify every pair and write the benchmark to OUT."""
+    from ehrgym.bench.build import build_benchmark, summary
+
+    result = build_benchmark(db, out, config=config, seed=seed, progress=not quiet)
+    click.echo(summary(result))
+    for w in result.report["warnings"]:
+        click.echo(f"warning: {w}", err=True)
+
+
+@group.command("card")
+@click.argument("path", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print card.json instead of card.md.")
+def card(path: Path, as_json: bool) -> None:
+    """Print the dataset card of a built benchmark."""
+    from ehrgym.bench.dataset import load_benchmark
+
+    bench = load_benchmark(path)
+    if as_json:
+        click.echo(json.dumps(bench.card, indent=2, sort_keys=True))
+    else:
+        md = path / "card.md"
+        click.echo(md.read_text(encoding="utf-8") if md.exists() else json.dumps(bench.card, indent=2))
+
+
+@group.command("show")
+@click.argument("path", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("task_or_pair_id")
+def show(path: Path, task_or_pair_id: str) -> None:
+    """Show a task, or both tasks of a pair: question, expected outcome, noise and SQL."""
+    from ehrgym.bench.dataset import load_benchmark
+    from ehrgym.errors import BenchmarkError
+
+    bench = load_benchmark(path)
+    tasks = [t for t in bench.tasks if t.task_id == task_or_pair_id or t.pair_id == task_or_pair_id]
+    if not tasks:
+        raise BenchmarkError(f"no task or pair {task_or_pair_id!r} in {path}; ids look like "
+                             f"{bench.tasks[0].task_id if bench.tasks else '…'}")
+    for t in tasks:
+        click.echo(f"== {t.task_id} [{t.split}] {t.intent}/{t.level} {t.template_id}")
+        click.echo(f"Q: {t.question}")
+        exp = t.expected
+        click.echo(f"expected: {exp.kind} " + (repr(exp.value) if exp.kind == "answer" else str(exp.reason)))
+        if t.noise:
+            click.echo(f"noise: {t.noise.level}/{t.noise.subtype} — {t.noise.description}")
+            if t.noise.question_edit:
+                click.echo(f"question edit: {t.noise.question_edit}")
+            for e in t.noise.overlay.edits:
+                click.echo(f"overlay: {e.table}: delete {len(e.delete_rowids)} rows, insert {len(e.insert_rows)}")
+        click.echo(f"gold SQL:\n{t.gold_sql}\n")

@@ -1,0 +1,220 @@
+"""A built benchmark on disk: writing its files and loading them back with validation.
+
+Layout of a benchmark directory::
+
+    tasks.jsonl        one task per line (ehrgym.bench.task), sorted by task_id
+    tasks.parquet      the same, flattened (nested fields as JSON strings)
+    card.json/.md      the dataset card
+    build_report.json  candidates, kept, discarded by reason, timings
+    manifest.json      format version, config, seed, database identity, counts, content hash
+
+The benchmark's content hash is the SHA-256 of ``tasks.jsonl``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ehrgym.bench.task import Task, load_tasks_jsonl, write_tasks_jsonl
+from ehrgym.errors import BenchmarkError, TaskFormatError
+
+MANIFEST_KEYS = ("format_version", "config", "seed", "db_path", "db_content_hash", "db_source", "task_counts",
+                 "content_hash")
+FILES = ("tasks.jsonl", "tasks.parquet", "card.json", "card.md", "build_report.json", "manifest.json")
+
+
+def sha256_file(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def dump_json(data: Any, path: Path) -> None:
+    with open(path, "w", encoding="utf-8", newline="\n") as fh:
+        json.dump(data, fh, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+        fh.write("\n")
+
+
+PARQUET_SCHEMA = pa.schema([
+    ("task_id", pa.string()), ("pair_id", pa.string()), ("variant", pa.string()), ("intent", pa.string()),
+    ("level", pa.string()), ("template_id", pa.string()), ("split", pa.string()), ("question", pa.string()),
+    ("gold_sql", pa.string()), ("naive_sql", pa.string()), ("expected_kind", pa.string()),
+    ("expected_reason", pa.string()), ("expected_value", pa.string()), ("answer_type", pa.string()),
+    ("noise_level", pa.string()), ("noise_subtype", pa.string()), ("complexity", pa.int64()),
+    ("expected", pa.string()), ("noise", pa.string()), ("meta", pa.string()),
+])
+
+
+def _j(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def write_parquet(tasks: list[Task], path: Path) -> None:
+    cols: dict[str, list[Any]] = {f.name: [] for f in PARQUET_SCHEMA}
+    for t in tasks:
+        d = t.to_dict()
+        for k in ("task_id", "pair_id", "variant", "intent", "level", "template_id", "split", "question",
+                  "gold_sql", "naive_sql"):
+            cols[k].append(d[k])
+        cols["expected_kind"].append(t.expected.kind)
+        cols["expected_reason"].append(t.expected.reason)
+        cols["expected_value"].append(_j(t.expected.value))
+        cols["answer_type"].append(t.expected.answer.type)
+        cols["noise_level"].append(t.noise.level if t.noise else None)
+        cols["noise_subtype"].append(t.noise.subtype if t.noise else None)
+        cols["complexity"].append(int(t.meta.get("complexity", 0)))
+        cols["expected"].append(_j(d["expected"]))
+        cols["noise"].append(_j(d["noise"]) if d["noise"] else None)
+        cols["meta"].append(_j(d["meta"]))
+    table = pa.table(cols, schema=PARQUET_SCHEMA)
+    pq.write_table(table, path, compression="zstd", write_statistics=False)
+
+
+def write_benchmark(out: Path, tasks: list[Task], card: dict[str, Any], card_md: str, report: dict[str, Any],
+                    manifest: dict[str, Any]) -> dict[str, Any]:
+    """Write every file; completes ``manifest`` with counts and hashes and returns it."""
+    write_tasks_jsonl(tasks, out / "tasks.jsonl")
+    write_parquet(tasks, out / "tasks.parquet")
+    dump_json(card, out / "card.json")
+    (out / "card.md").write_text(card_md, encoding="utf-8")
+    dump_json(report, out / "build_report.json")
+    manifest = dict(manifest)
+    manifest["task_counts"] = task_counts(tasks)
+    manifest["content_hash"] = sha256_file(out / "tasks.jsonl")
+    manifest["file_sha256"] = {name: sha256_file(out / name) for name in ("tasks.jsonl", "tasks.parquet",
+                                                                          "card.json", "card.md")}
+    dump_json(manifest, out / "manifest.json")
+    return manifest
+
+
+def task_counts(tasks: list[Task]) -> dict[str, Any]:
+    return {
+        "tasks": len(tasks),
+        "pairs": len({t.pair_id for t in tasks}),
+        "by_split": dict(sorted(Counter(t.split for t in tasks).items())),
+        "by_variant": dict(sorted(Counter(t.variant for t in tasks).items())),
+        "by_intent": dict(sorted(Counter(t.intent for t in tasks).items())),
+    }
+
+
+@dataclass
+class Benchmark:
+    """A loaded benchmark: its tasks (sorted by id), manifest and card."""
+
+    path: Path
+    tasks: list[Task]
+    manifest: dict[str, Any]
+    card: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.by_id: dict[str, Task] = {t.task_id: t for t in self.tasks}
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+    def __iter__(self) -> Iterator[Task]:
+        return iter(self.tasks)
+
+    @property
+    def content_hash(self) -> str:
+        return self.manifest["content_hash"]
+
+    @property
+    def db_content_hash(self) -> str | None:
+        return self.manifest.get("db_content_hash")
+
+    def pairs(self) -> list[tuple[Task, Task]]:
+        """(clean, noise) for every pair, sorted by pair id."""
+        groups: dict[str, dict[str, Task]] = defaultdict(dict)
+        for t in self.tasks:
+            groups[t.pair_id][t.variant] = t
+        return [(g["clean"], g["noise"]) for _, g in sorted(groups.items())]
+
+    def filter(self, **criteria: Any) -> list[Task]:
+        """Tasks whose fields equal the given values; a list/tuple/set value means any of them.
+
+        Fields: any Task attribute (split, variant, intent, level, template_id …) plus
+        ``noise_level`` and ``noise_subtype``.
+        """
+        def get(t: Task, key: str) -> Any:
+            if key == "noise_level":
+                return t.noise.level if t.noise else None
+            if key == "noise_subtype":
+                return t.noise.subtype if t.noise else None
+            if not hasattr(t, key):
+                raise BenchmarkError(f"cannot filter tasks by {key!r}")
+            return getattr(t, key)
+
+        out = []
+        for t in self.tasks:
+            ok = True
+            for key, want in criteria.items():
+                if want is None:
+                    continue
+                have = get(t, key)
+                ok = have in want if isinstance(want, (list, tuple, set, frozenset)) else have == want
+                if not ok:
+                    break
+            if ok:
+                out.append(t)
+        return out
+
+
+def load_benchmark(path: str | Path, verify_hash: bool = True) -> Benchmark:
+    """Load and validate a benchmark directory (clear errors on missing or malformed files)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise BenchmarkError(f"benchmark directory {path} does not exist; build one with "
+                             f"`ehrgym bench build --db DB --out {path}`")
+    manifest_path = path / "manifest.json"
+    tasks_path = path / "tasks.jsonl"
+    for p in (manifest_path, tasks_path):
+        if not p.exists():
+            raise BenchmarkError(f"{path} is not a complete benchmark: {p.name} is missing; rebuild it with "
+                                 f"`ehrgym bench build`")
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise BenchmarkError(f"{manifest_path} is not valid JSON ({exc.msg}); rebuild the benchmark") from exc
+    missing = [k for k in MANIFEST_KEYS if k not in manifest]
+    if not isinstance(manifest, dict) or missing:
+        raise BenchmarkError(f"{manifest_path} lacks {missing}; rebuild the benchmark with `ehrgym bench build`")
+    if manifest["format_version"] != 1:
+        raise BenchmarkError(f"benchmark format {manifest['format_version']} is not supported by this kit (1)")
+    if verify_hash:
+        actual = sha256_file(tasks_path)
+        if actual != manifest["content_hash"]:
+            raise BenchmarkError(f"{tasks_path} does not match its manifest (sha256 {actual[:12]}… ≠ "
+                                 f"{str(manifest['content_hash'])[:12]}…): the file was modified after the build; "
+                                 f"rebuild, or load with verify_hash=False")
+    tasks = load_tasks_jsonl(tasks_path)
+    _validate_pairs(tasks, tasks_path)
+    card = {}
+    if (path / "card.json").exists():
+        card = json.loads((path / "card.json").read_text(encoding="utf-8"))
+    return Benchmark(path, tasks, manifest, card)
+
+
+def _validate_pairs(tasks: list[Task], where: Path) -> None:
+    groups: dict[str, list[Task]] = defaultdict(list)
+    for t in tasks:
+        groups[t.pair_id].append(t)
+    for pair_id, members in groups.items():
+        variants = sorted(t.variant for t in members)
+        if variants != ["clean", "noise"]:
+            raise TaskFormatError(f"{where}: pair {pair_id!r} has variants {variants}; every pair needs exactly "
+                                  f"one clean and one noise task")
+        if len({t.split for t in members}) != 1:
+            raise TaskFormatError(f"{where}: the two tasks of pair {pair_id!r} are in different splits")
+        if len({(t.template_id, t.intent, t.level) for t in members}) != 1:
+            raise TaskFormatError(f"{where}: the two tasks of pair {pair_id!r} disagree on template/intent/level")

@@ -1,0 +1,145 @@
+"""The template model: one frozen, declarative object per question type.
+
+See ``ehrgym/bench/templates/__init__.py`` for how to write one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ehrgym.bench.answers import AnswerSpec
+from ehrgym.bench.sqlrender import placeholders
+from ehrgym.db.schema import table_spec
+from ehrgym.errors import BenchmarkError
+from ehrgym.vocab import INTENTS, LEVELS, NOISE_SUBTYPES
+
+FOCUS_KINDS = ("first", "last", "max", "min", "any")
+
+
+@dataclass(frozen=True)
+class Window:
+    """The stay an evidence row belongs to: rows timestamped outside it are out of window."""
+
+    table: str  # admissions | icustays
+    key: str  # join column shared with the evidence table: hadm_id | stay_id
+    start: str  # admittime | intime
+    end: str  # dischtime | outtime
+
+
+ADMISSION_WINDOW = Window("admissions", "hadm_id", "admittime", "dischtime")
+ICU_WINDOW = Window("icustays", "stay_id", "intime", "outtime")
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """The rows a question's answer rests on, and what the noise injectors may touch.
+
+    ``where`` is a predicate over the evidence table aliased ``e`` with ``{param}`` placeholders,
+    e.g. ``"e.hadm_id = {hadm_id} AND e.itemid = {itemid}"``. It is rendered with literals
+    (evidence SQL of one task) and with column references (set-based profiling of candidates).
+    """
+
+    table: str
+    where: str
+    key: tuple[str, ...]  # natural key: one row per key in clean data (duplicates/conflicts)
+    join: str = ""  # joins after ``FROM <table> e`` the predicate needs (other aliases than e, w, b)
+    id_col: str | None = None  # unique row id, renumbered in inserted copies
+    time_col: str | None = None
+    value_col: str | None = None  # numeric value the answer is computed from
+    text_col: str | None = None  # text twin of the value (labevents.value, chartevents.value)
+    unit_col: str | None = None
+    item_col: str | None = None  # itemid column: plausibility bounds and unit conversions by item
+    item_param: str | None = None  # the entity parameter holding that item id
+    bounds: tuple[float, float] | None = None  # plausible range when there is no item
+    window: Window | None = None
+    focus: str = "any"  # which evidence row decides the answer: first|last|max|min|any
+    aggregate: bool = True  # False: the answer is one row's value (first/last value …)
+    store_col: str | None = None  # a store/update time shifted on re-stored copies
+    extreme: str = "high"  # which corrupted extreme moves the answer: high | low (min-type answers)
+    category_col: str | None = None  # categorical answer column (care unit …) for conflicts/moves
+
+    def __post_init__(self) -> None:
+        spec = table_spec(self.table)
+        cols = set(spec.column_names)
+        for name in (*self.key, self.id_col, self.time_col, self.value_col, self.text_col, self.unit_col,
+                     self.item_col, self.store_col, self.category_col):
+            if name is not None and name not in cols:
+                raise BenchmarkError(f"evidence column {name!r} is not a column of {spec.qualified}")
+        if self.extreme not in ("high", "low"):
+            raise BenchmarkError(f"evidence extreme {self.extreme!r} must be 'high' or 'low'")
+        if self.focus not in FOCUS_KINDS:
+            raise BenchmarkError(f"evidence focus {self.focus!r} not in {FOCUS_KINDS}")
+
+    @property
+    def qualified(self) -> str:
+        return table_spec(self.table).qualified
+
+
+@dataclass(frozen=True)
+class Premise:
+    """How to make a false premise: swap ``param`` (and its question text ``text``) for a value
+    the entity never had. ``candidates_sql`` (literals filled from the entity) returns columns
+    named ``param`` and ``text``: the values for which the evidence is empty."""
+
+    param: str
+    text: str
+    candidates_sql: str
+
+
+@dataclass(frozen=True)
+class TimeWindow:
+    """Parameters holding the question's time window, for temporal mismatch.
+
+    Either ``start``/``end`` (timestamps) or ``year`` (an integer) is set. ``scope_sql`` (literals
+    filled from the entity) returns one row (first, last) timestamp of the record the window must
+    lie in (the patient's record, or the whole database for population questions).
+    """
+
+    scope_sql: str
+    start: str | None = None
+    end: str | None = None
+    year: str | None = None
+
+
+@dataclass(frozen=True)
+class Template:
+    id: str
+    intent: str
+    level: str
+    paraphrases: tuple[str, ...]
+    sampler_sql: str
+    gold_sql: str
+    answer: AnswerSpec
+    evidence: Evidence
+    noise: tuple[str, ...]
+    entity_ref: str | None = None  # parameter naming a subject/admission/stay (nonexistent entity)
+    lexical: str | None = None  # parameter holding a name the SQL matches on (lexical variation)
+    premise: Premise | None = None
+    time_window: TimeWindow | None = None
+    description: str = ""
+    params: tuple[str, ...] = field(default=())  # filled by __post_init__: question + SQL params
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.intent not in INTENTS:
+            problems.append(f"intent {self.intent!r} not in {INTENTS}")
+        if self.level not in LEVELS:
+            problems.append(f"level {self.level!r} not in {LEVELS}")
+        if len(self.paraphrases) < 3:
+            problems.append("needs at least 3 paraphrases")
+        unknown = [s for s in self.noise if s not in NOISE_SUBTYPES]
+        if unknown:
+            problems.append(f"unknown noise subtypes {unknown}")
+        gold_names = set(placeholders(self.gold_sql))
+        if self.evidence.table not in gold_names:
+            problems.append(f"gold_sql must read the evidence through the placeholder {{{self.evidence.table}}}")
+        needed = set()
+        for p in self.paraphrases:
+            needed |= set(placeholders(p))
+        needed |= gold_names - {self.evidence.table}
+        needed |= set(placeholders(self.evidence.where)) | set(placeholders(self.evidence.join))
+        if self.lexical and self.lexical not in gold_names:
+            problems.append(f"lexical parameter {self.lexical!r} must appear in gold_sql (the SQL matches on the name)")
+        if problems:
+            raise BenchmarkError(f"template {self.id!r}: " + "; ".join(problems))
+        object.__setattr__(self, "params", tuple(sorted(needed)))

@@ -1,0 +1,316 @@
+"""Vital-sign and ICU-monitoring questions (``chartevents``, ``outputevents``, ``icustays``)."""
+
+from __future__ import annotations
+
+from ehrgym.bench.answers import AnswerSpec
+from ehrgym.bench.templates.base import ICU_WINDOW, Evidence, Premise, Template, TimeWindow
+from ehrgym.bench.templates.registry import register
+from ehrgym.db.items import items_for_table
+
+VITAL_IDS = ", ".join(str(r.itemid) for r in sorted(items_for_table("chartevents"), key=lambda r: r.itemid)
+                      if r.group in ("Routine Vital Signs", "Respiratory"))
+OUTPUT_IDS = ", ".join(str(r.itemid) for r in sorted(items_for_table("outputevents"), key=lambda r: r.itemid))
+
+NUMBER = AnswerSpec("number")
+MEAN = AnswerSpec("number", rel_tol=1e-3, abs_tol=0.01, decimals=2)
+COUNT = AnswerSpec("integer")
+
+STAY_ITEM_SAMPLER = f"""
+SELECT e.subject_id, e.stay_id, e.itemid, d.label
+FROM mimiciv_icu.chartevents e
+JOIN mimiciv_icu.d_items d ON d.itemid = e.itemid
+WHERE e.itemid IN ({VITAL_IDS})
+GROUP BY e.subject_id, e.stay_id, e.itemid, d.label
+HAVING count(*) >= 3
+"""
+
+CHART_EVIDENCE = dict(
+    table="chartevents", where="e.subject_id = {subject_id} AND e.stay_id = {stay_id} AND e.itemid = {itemid}",
+    key=("stay_id", "itemid", "charttime"), time_col="charttime", value_col="valuenum", text_col="value",
+    unit_col="valueuom", item_col="itemid", item_param="itemid", window=ICU_WINDOW, store_col="storetime",
+)
+
+STAY_FILTER = """
+JOIN mimiciv_icu.d_items d ON d.itemid = e.itemid
+WHERE e.subject_id = {subject_id} AND e.stay_id = {stay_id}
+  AND d.itemid = {itemid} AND d.label = {label}"""
+
+STAY_PREMISE = Premise("itemid", "label", f"""
+SELECT d.itemid, d.label FROM mimiciv_icu.d_items d
+WHERE d.itemid IN ({VITAL_IDS}) AND d.itemid NOT IN (
+    SELECT itemid FROM mimiciv_icu.chartevents WHERE stay_id = {{stay_id}})
+ORDER BY d.itemid""")
+
+SINGLE = ("missing_evidence", "out_of_window", "conflicting_records", "implausible_value", "unit_mismatch",
+          "missing_value", "encoding_corruption", "nonexistent_entity", "false_premise", "lexical_variation",
+          "out_of_scope")
+EXTREME = tuple(s for s in SINGLE if s != "missing_value")
+
+# (population templates list no unit mismatch: the only vital-sign conversion, °F/°C, moves a row to
+# another item, which is ambiguous in a cohort that legitimately charts both items)
+
+# vital-sign thresholds that define a clinically notable reading
+HIGH = {220045: 120.0, 220210: 30.0, 223761: 100.4, 220179: 180.0, 220050: 180.0, 223762: 38.0}
+_UNITS = {r.itemid: r.unit for r in items_for_table("chartevents")}
+HIGH_VALUES = ", ".join(f"({i}, {v!r}, '{_UNITS[i]}')" for i, v in sorted(HIGH.items()))
+
+register(
+    Template(
+        id="vitals.first_value_stay", intent="vitals", level="patient",
+        paraphrases=(
+            "What was the first {label} charted for patient {subject_id} during ICU stay {stay_id}?",
+            "On arrival in ICU stay {stay_id}, what was patient {subject_id}'s initial {label}?",
+            "Patient {subject_id}, ICU stay {stay_id}: what was the first recorded {label}?",
+        ),
+        sampler_sql=STAY_ITEM_SAMPLER,
+        gold_sql="SELECT e.valuenum\nFROM {chartevents} e" + STAY_FILTER + "\nORDER BY e.charttime ASC\nLIMIT 1",
+        answer=NUMBER, evidence=Evidence(**CHART_EVIDENCE, focus="first", aggregate=False),
+        noise=SINGLE, entity_ref="stay_id", lexical="label", premise=STAY_PREMISE,
+        description="first vital sign of an ICU stay",
+    ),
+    Template(
+        id="vitals.max_value_stay", intent="vitals", level="patient",
+        paraphrases=(
+            "What was the highest {label} of patient {subject_id} during ICU stay {stay_id}?",
+            "During ICU stay {stay_id}, what maximum {label} was charted for patient {subject_id}?",
+            "Report patient {subject_id}'s peak {label} in ICU stay {stay_id}.",
+        ),
+        sampler_sql=STAY_ITEM_SAMPLER,
+        gold_sql="SELECT max(e.valuenum)\nFROM {chartevents} e" + STAY_FILTER,
+        answer=NUMBER, evidence=Evidence(**CHART_EVIDENCE, focus="max", aggregate=True),
+        noise=EXTREME, entity_ref="stay_id", lexical="label", premise=STAY_PREMISE,
+        description="maximum vital sign of an ICU stay",
+    ),
+    Template(
+        id="vitals.min_value_stay", intent="vitals", level="patient",
+        paraphrases=(
+            "What was the lowest {label} of patient {subject_id} during ICU stay {stay_id}?",
+            "How low did patient {subject_id}'s {label} drop during ICU stay {stay_id}?",
+            "During ICU stay {stay_id}, what minimum {label} was charted for patient {subject_id}?",
+        ),
+        sampler_sql=STAY_ITEM_SAMPLER,
+        gold_sql="SELECT min(e.valuenum)\nFROM {chartevents} e" + STAY_FILTER,
+        answer=NUMBER, evidence=Evidence(**CHART_EVIDENCE, focus="min", aggregate=True, extreme="low"),
+        noise=EXTREME, entity_ref="subject_id", lexical="label", premise=STAY_PREMISE,
+        description="minimum vital sign of an ICU stay",
+    ),
+    Template(
+        id="vitals.mean_first_24h", intent="vitals", level="patient",
+        paraphrases=(
+            "What was patient {subject_id}'s mean {label} between {t0} and {t1}?",
+            "Average the {label} readings of patient {subject_id} charted from {t0} to {t1}.",
+            "Between {t0} and {t1}, what was the average {label} of patient {subject_id}?",
+        ),
+        sampler_sql=f"""
+SELECT s.subject_id, e.itemid, d.label,
+       date_trunc('minute', s.intime) AS t0, date_trunc('minute', s.intime) + INTERVAL 24 HOUR AS t1
+FROM mimiciv_icu.icustays s
+JOIN mimiciv_icu.chartevents e ON e.stay_id = s.stay_id
+JOIN mimiciv_icu.d_items d ON d.itemid = e.itemid
+WHERE e.itemid IN ({VITAL_IDS})
+  AND e.charttime BETWEEN date_trunc('minute', s.intime) AND date_trunc('minute', s.intime) + INTERVAL 24 HOUR
+GROUP BY ALL
+HAVING count(*) >= 3""",
+        gold_sql="""SELECT avg(e.valuenum)
+FROM {chartevents} e
+JOIN mimiciv_icu.d_items d ON d.itemid = e.itemid
+WHERE e.subject_id = {subject_id} AND d.itemid = {itemid} AND d.label = {label}
+  AND e.charttime BETWEEN {t0} AND {t1}""",
+        answer=MEAN,
+        evidence=Evidence(**{**CHART_EVIDENCE, "where": "e.subject_id = {subject_id} AND e.itemid = {itemid} "
+                                                         "AND e.charttime BETWEEN {t0} AND {t1}"},
+                          focus="any", aggregate=True),
+        noise=("duplicate_records", "conflicting_records", "implausible_value", "unit_mismatch",
+               "encoding_corruption", "missing_evidence", "nonexistent_entity", "temporal_mismatch",
+               "lexical_variation", "out_of_scope"),
+        entity_ref="subject_id", lexical="label",
+        time_window=TimeWindow("SELECT min(admittime), max(dischtime) FROM mimiciv_hosp.admissions "
+                               "WHERE subject_id = {subject_id}", start="t0", end="t1"),
+        description="mean vital sign over the first 24 hours of an ICU stay",
+    ),
+    Template(
+        id="vitals.count_high_stay", intent="vitals", level="patient",
+        paraphrases=(
+            "How many {label} readings above {threshold} {unit} were charted for patient {subject_id} "
+            "during ICU stay {stay_id}?",
+            "During ICU stay {stay_id}, how many times was patient {subject_id}'s {label} over {threshold} {unit}?",
+            "Count the {label} values greater than {threshold} {unit} of patient {subject_id} in ICU stay {stay_id}.",
+        ),
+        sampler_sql=f"""
+SELECT e.subject_id, e.stay_id, e.itemid, d.label, t.threshold, t.unit
+FROM mimiciv_icu.chartevents e
+JOIN mimiciv_icu.d_items d ON d.itemid = e.itemid
+JOIN (VALUES {HIGH_VALUES}) t(itemid, threshold, unit) ON t.itemid = e.itemid
+GROUP BY ALL
+HAVING count(*) FILTER (WHERE e.valuenum > t.threshold) >= 1""",
+        gold_sql="SELECT count(*)\nFROM {chartevents} e" + STAY_FILTER + "\n  AND e.valuenum > {threshold}",
+        answer=COUNT, evidence=Evidence(**CHART_EVIDENCE, focus="max", aggregate=True),
+        noise=("duplicate_records", "out_of_window", "conflicting_records", "implausible_value",
+               "nonexistent_entity", "lexical_variation", "out_of_scope"),
+        entity_ref="stay_id", lexical="label", description="number of abnormal vital-sign readings",
+    ),
+    Template(
+        id="vitals.urine_output_stay", intent="vitals", level="patient",
+        paraphrases=(
+            "What was the total {label} output (mL) of patient {subject_id} during ICU stay {stay_id}?",
+            "How many mL of {label} output were recorded for patient {subject_id} in ICU stay {stay_id}?",
+            "Sum the {label} volumes charted for patient {subject_id} over ICU stay {stay_id} (mL).",
+        ),
+        sampler_sql=f"""
+SELECT e.subject_id, e.stay_id, e.itemid, d.label
+FROM mimiciv_icu.outputevents e
+JOIN mimiciv_icu.d_items d ON d.itemid = e.itemid
+WHERE e.itemid IN ({OUTPUT_IDS})
+GROUP BY ALL
+HAVING count(*) >= 2""",
+        gold_sql="""SELECT sum(e.value)
+FROM {outputevents} e
+JOIN mimiciv_icu.d_items d ON d.itemid = e.itemid
+WHERE e.subject_id = {subject_id} AND e.stay_id = {stay_id}
+  AND d.itemid = {itemid} AND d.label = {label}""",
+        answer=NUMBER,
+        evidence=Evidence(table="outputevents",
+                          where="e.subject_id = {subject_id} AND e.stay_id = {stay_id} AND e.itemid = {itemid}",
+                          key=("stay_id", "itemid", "charttime"), time_col="charttime", value_col="value",
+                          unit_col="valueuom", item_col="itemid", item_param="itemid", window=ICU_WINDOW,
+                          store_col="storetime", focus="any", aggregate=True),
+        noise=("duplicate_records", "out_of_window", "conflicting_records", "implausible_value", "missing_evidence",
+               "nonexistent_entity", "false_premise", "lexical_variation", "out_of_scope"),
+        entity_ref="stay_id", lexical="label",
+        premise=Premise("itemid", "label", f"""
+SELECT d.itemid, d.label FROM mimiciv_icu.d_items d
+WHERE d.itemid IN ({OUTPUT_IDS}) AND d.itemid NOT IN (
+    SELECT itemid FROM mimiciv_icu.outputevents WHERE stay_id = {{stay_id}})
+ORDER BY d.itemid"""),
+        description="total urine output of an ICU stay",
+    ),
+)
+
+# ---------------------------------------------------------------- population level
+
+COHORT_SAMPLER = f"""
+SELECT extract(year FROM s.intime) AS year, s.first_careunit, e.itemid, d.label
+FROM mimiciv_icu.icustays s
+JOIN mimiciv_icu.chartevents e ON e.stay_id = s.stay_id
+JOIN mimiciv_icu.d_items d ON d.itemid = e.itemid
+WHERE e.itemid IN ({VITAL_IDS})
+GROUP BY ALL
+HAVING count(*) BETWEEN 3 AND 1500
+"""
+
+COHORT_EVIDENCE = dict(
+    CHART_EVIDENCE,
+    join="JOIN mimiciv_icu.icustays s ON s.stay_id = e.stay_id",
+    where="e.itemid = {itemid} AND s.first_careunit = {first_careunit} AND extract(year FROM s.intime) = {year}",
+)
+
+COHORT_FILTER = """
+JOIN mimiciv_icu.icustays s ON s.stay_id = e.stay_id
+JOIN mimiciv_icu.d_items d ON d.itemid = e.itemid
+WHERE d.itemid = {itemid} AND d.label = {label}
+  AND s.first_careunit = {first_careunit} AND extract(year FROM s.intime) = {year}"""
+
+DB_SCOPE = "SELECT min(intime), max(outtime) FROM mimiciv_icu.icustays"
+
+register(
+    Template(
+        id="vitals.cohort_mean", intent="vitals", level="population",
+        paraphrases=(
+            "What was the mean {label} over all readings of ICU stays that started in {year} in the "
+            "{first_careunit}?",
+            "Across ICU stays beginning in {year} with first care unit {first_careunit}, what was the average {label}?",
+            "Average {label} of {first_careunit} stays admitted in {year}: what was it?",
+        ),
+        sampler_sql=COHORT_SAMPLER,
+        gold_sql="SELECT avg(e.valuenum)\nFROM {chartevents} e" + COHORT_FILTER,
+        answer=MEAN, evidence=Evidence(**COHORT_EVIDENCE, focus="any", aggregate=True),
+        noise=("duplicate_records", "out_of_window", "conflicting_records", "implausible_value",
+               "encoding_corruption", "missing_evidence", "temporal_mismatch", "lexical_variation", "out_of_scope"),
+        lexical="label", time_window=TimeWindow(DB_SCOPE, year="year"),
+        description="cohort mean of a vital sign",
+    ),
+    Template(
+        id="vitals.cohort_max", intent="vitals", level="population",
+        paraphrases=(
+            "What was the highest {label} charted in ICU stays that started in {year} in the {first_careunit}?",
+            "Among {first_careunit} stays beginning in {year}, what was the maximum {label}?",
+            "Report the peak {label} across ICU stays of {year} whose first unit was {first_careunit}.",
+        ),
+        sampler_sql=COHORT_SAMPLER,
+        gold_sql="SELECT max(e.valuenum)\nFROM {chartevents} e" + COHORT_FILTER,
+        answer=NUMBER, evidence=Evidence(**COHORT_EVIDENCE, focus="max", aggregate=True),
+        noise=("out_of_window", "conflicting_records", "implausible_value", "encoding_corruption",
+               "missing_evidence", "temporal_mismatch", "lexical_variation", "out_of_scope"),
+        lexical="label", time_window=TimeWindow(DB_SCOPE, year="year"),
+        description="cohort maximum of a vital sign",
+    ),
+    Template(
+        id="vitals.cohort_rate_high", intent="vitals", level="population",
+        paraphrases=(
+            "What percentage of ICU stays that started in {year} had at least one {label} above {threshold} {unit}?",
+            "Among ICU stays beginning in {year}, what share (%) recorded a {label} over {threshold} {unit}?",
+            "Of all ICU stays in {year}, what percent had any {label} > {threshold} {unit}?",
+        ),
+        sampler_sql=f"""
+SELECT extract(year FROM s.intime) AS year, e.itemid, d.label, t.threshold, t.unit
+FROM mimiciv_icu.icustays s
+JOIN mimiciv_icu.chartevents e ON e.stay_id = s.stay_id
+JOIN mimiciv_icu.d_items d ON d.itemid = e.itemid
+JOIN (VALUES {HIGH_VALUES}) t(itemid, threshold, unit) ON t.itemid = e.itemid
+GROUP BY ALL
+HAVING count(*) BETWEEN 3 AND 3000 AND count(*) FILTER (WHERE e.valuenum > t.threshold) >= 1""",
+        gold_sql="""WITH stays AS (
+  SELECT stay_id FROM mimiciv_icu.icustays WHERE extract(year FROM intime) = {year}
+), high AS (
+  SELECT DISTINCT e.stay_id
+  FROM {chartevents} e
+  JOIN mimiciv_icu.d_items d ON d.itemid = e.itemid
+  WHERE d.itemid = {itemid} AND d.label = {label} AND e.valuenum > {threshold}
+    AND e.stay_id IN (SELECT stay_id FROM stays)
+)
+SELECT 100.0 * (SELECT count(*) FROM high) / (SELECT count(*) FROM stays)""",
+        answer=MEAN,
+        evidence=Evidence(**{**COHORT_EVIDENCE, "where": "e.itemid = {itemid} AND extract(year FROM s.intime) = {year}"},
+                          focus="min", aggregate=True),
+        noise=("out_of_window", "conflicting_records", "implausible_value", "missing_evidence",
+               "temporal_mismatch", "lexical_variation", "out_of_scope"),
+        lexical="label", time_window=TimeWindow(DB_SCOPE, year="year"),
+        description="rate of ICU stays with an abnormal vital sign",
+    ),
+    Template(
+        id="vitals.cohort_mean_urine", intent="vitals", level="population",
+        paraphrases=(
+            "Across ICU stays that started in {year}, what was the mean total {label} output per stay (mL)?",
+            "What was the average per-stay sum of {label} output (mL) for ICU stays beginning in {year}?",
+            "For ICU stays of {year} with {label} output recorded, what was the mean total volume per stay in mL?",
+        ),
+        sampler_sql=f"""
+SELECT extract(year FROM s.intime) AS year, e.itemid, d.label
+FROM mimiciv_icu.icustays s
+JOIN mimiciv_icu.outputevents e ON e.stay_id = s.stay_id
+JOIN mimiciv_icu.d_items d ON d.itemid = e.itemid
+WHERE e.itemid IN ({OUTPUT_IDS})
+GROUP BY ALL
+HAVING count(*) BETWEEN 3 AND 3000""",
+        gold_sql="""WITH per_stay AS (
+  SELECT e.stay_id, sum(e.value) AS total
+  FROM {outputevents} e
+  JOIN mimiciv_icu.icustays s ON s.stay_id = e.stay_id
+  JOIN mimiciv_icu.d_items d ON d.itemid = e.itemid
+  WHERE d.itemid = {itemid} AND d.label = {label} AND extract(year FROM s.intime) = {year}
+  GROUP BY e.stay_id
+)
+SELECT avg(total) FROM per_stay""",
+        answer=MEAN,
+        evidence=Evidence(table="outputevents",
+                          join="JOIN mimiciv_icu.icustays s ON s.stay_id = e.stay_id",
+                          where="e.itemid = {itemid} AND extract(year FROM s.intime) = {year}",
+                          key=("stay_id", "itemid", "charttime"), time_col="charttime", value_col="value",
+                          unit_col="valueuom", item_col="itemid", item_param="itemid", window=ICU_WINDOW,
+                          store_col="storetime", focus="any", aggregate=True),
+        noise=("duplicate_records", "out_of_window", "conflicting_records", "implausible_value", "missing_evidence",
+               "temporal_mismatch", "lexical_variation", "out_of_scope"),
+        lexical="label", time_window=TimeWindow(DB_SCOPE, year="year"),
+        description="cohort mean of total urine output per ICU stay",
+    ),
+)

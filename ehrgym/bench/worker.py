@@ -1,0 +1,25 @@
+"""A build worker process: ``python -m ehrgym.bench.worker`` reads a pickled job on stdin and writes
+the pickled result on stdout (see ``Builder._fill_parallel``).
+
+A plain subprocess rather than ``multiprocessing`` so that building never re-imports the caller's
+``__main__`` (scripts without a ``__name__ == "__main__"`` guard, notebooks) and never forks a
+process that holds DuckDB threads.
+"""
+
+from __future__ import annotations
+
+import pickle
+import sys
+
+
+def main() -> None:
+    from ehrgym.bench.builder import _fill_worker
+
+    job = pickle.load(sys.stdin.buffer)
+    result = _fill_worker(job)
+    pickle.dump(result, sys.stdout.buffer, protocol=pickle.HIGHEST_PROTOCOL)
+    sys.stdout.buffer.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""Unit tests of the noise building blocks: values, lexicon, units, cleaning SQL, quotas, splits, complexity."""
+
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ehrgym.bench.answers import AnswerSpec, answers_match
+from ehrgym.bench.complexity import sql_complexity, sql_tables
+from ehrgym.bench.configs import even_split, plan_quotas
+from ehrgym.bench.noise import INJECTORS
+from ehrgym.bench.noise.cleaning import NUMBER_REGEX
+from ehrgym.bench.noise.lexicon import typo_variants, variants
+from ehrgym.bench.noise.units import CONVERSIONS
+from ehrgym.bench.noise.values import conflicting, corrupted_text, implausible, value_text
+from ehrgym.bench.splits import ood_templates, split_of, unit_hash
+from ehrgym.bench.sqlrender import render_sql, render_text, sql_value
+from ehrgym.db.items import item_reference
+from ehrgym.errors import BenchmarkError
+from ehrgym.vocab import NOISE_SUBTYPES
+
+CON = duckdb.connect()
+
+
+def test_every_subtype_has_exactly_one_injector():
+    assert set(INJECTORS) == set(NOISE_SUBTYPES)
+    for subtype, inj in INJECTORS.items():
+        assert inj.subtype == subtype and inj.level == NOISE_SUBTYPES[subtype]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(sorted(item_reference())), st.floats(0, 1), st.booleans())
+def test_implausible_values_leave_the_physiologic_range(itemid, frac, low):
+    ref = item_reference()[itemid]
+    value = round(ref.plausible_min + frac * (ref.plausible_max - ref.plausible_min), 2)
+    bad = implausible(value, (ref.plausible_min, ref.plausible_max), low=low)
+    if bad is not None:
+        assert not ref.plausible_min <= bad <= ref.plausible_max
+
+
+def test_implausible_values_are_decimal_slips():
+    assert implausible(90, (0, 350)) == 900
+    assert implausible(37.2, (20, 46)) == 372
+    assert implausible(138, (90, 200), low=True) == 13.8
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.floats(0.01, 5000, allow_nan=False).map(lambda v: round(v, 2)), st.integers(0, 2**32 - 1))
+def test_corrupted_text_parses_back_with_the_robust_regex(value, seed):
+    rng = np.random.default_rng(seed)
+    text = corrupted_text(value, rng, ref_upper=value / 2, ref_lower=None, unit="mg/dL")
+    assert text != value_text(value)
+    parsed = CON.execute(f"SELECT TRY_CAST(replace(regexp_extract(?, '{NUMBER_REGEX}'), ',', '.') AS DOUBLE)",
+                         [text]).fetchone()[0]
+    assert parsed == pytest.approx(value)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.floats(0.1, 3000).map(lambda v: round(v, 1)), st.integers(0, 1000))
+def test_conflicting_value_differs(value, seed):
+    assert conflicting(value, np.random.default_rng(seed), None) != value
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(sorted(CONVERSIONS)), st.floats(0, 1))
+def test_unit_conversions_round_trip_within_answer_tolerance(itemid, frac):
+    conv = CONVERSIONS[itemid]
+    ref = item_reference().get(itemid)
+    lo, hi = (ref.plausible_min, ref.plausible_max) if ref else (0.0, 300.0)
+    lo = max(lo, hi * 0.01)  # values near zero are not what the builder converts
+    value = round(lo + frac * (hi - lo), 2)
+    alt = conv.to_alt(value)
+    back = CON.execute(f"SELECT round({conv.from_alt_sql('x')}, 6) FROM (SELECT ?::DOUBLE AS x)", [alt]).fetchone()[0]
+    assert answers_match(value, back, AnswerSpec("number", rel_tol=2e-3))
+
+
+def test_lexical_variants_are_credible():
+    assert "creatinin" in variants("Creatinine")
+    assert "Hgb" in variants("Hemoglobin")
+    assert "BUN" in variants("Urea Nitrogen")
+    assert "MICU" in variants("Medical Intensive Care Unit (MICU)")
+
+
+@given(st.text(alphabet="abcdefghijklmnopqrstuvwxyz ", min_size=4, max_size=30))
+def test_typo_variants_never_return_the_name(name):
+    for v in typo_variants(name):
+        assert v.casefold() != name.casefold()
+
+
+def test_render_sql_quotes_and_rejects_unknown_placeholders():
+    import datetime as dt
+
+    sql = render_sql("SELECT * FROM {labevents} e WHERE e.x = {a} AND e.t < {t}",
+                     {"a": "O'Brien", "t": dt.datetime(2150, 1, 2, 3, 4)}, {"labevents": "mimiciv_hosp.labevents"})
+    assert "'O''Brien'" in sql and "TIMESTAMP '2150-01-02 03:04:00'" in sql
+    with pytest.raises(BenchmarkError, match="placeholder"):
+        render_sql("SELECT {nope}", {}, {})
+    assert sql_value(3) == "3" and render_text("{x} at {t}", {"x": 1.0, "t": dt.datetime(2150, 1, 1, 8, 0)}) == \
+        "1 at 2150-01-01 08:00"
+
+
+def test_complexity_counts_structural_components():
+    assert sql_complexity("SELECT a FROM t") == 2  # SELECT + table
+    # SELECT, table, WHERE, '=', AND, '>', max(), ORDER, LIMIT … counted once each
+    sql = "SELECT max(v) FROM t WHERE a = 1 AND b > 2 GROUP BY c ORDER BY c LIMIT 1"
+    assert sql_complexity(sql) == 10
+    joined = "SELECT avg(e.v) FROM x e JOIN y d ON d.i = e.i WHERE d.l = 'a'"
+    assert sql_complexity(joined) == sql_complexity("SELECT avg(e.v) FROM x e WHERE e.l = 'a'") + 3
+    assert sql_tables("WITH c AS (SELECT * FROM mimiciv_hosp.admissions) SELECT * FROM c JOIN "
+                      "mimiciv_hosp.labevents l ON true") == ["admissions", "labevents"]
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(0, 20000), st.integers(1, 40))
+def test_even_split_is_exact_and_even(total, n):
+    out = even_split(total, range(n))
+    assert sum(out.values()) == total and max(out.values()) - min(out.values()) <= 1
+
+
+def test_plan_quotas_balances_cells_levels_and_subtypes():
+    applicable = {
+        ("labs", "patient", "a"): ["missing_evidence", "implausible_value", "out_of_scope", "lexical_variation"],
+        ("labs", "patient", "b"): ["duplicate_records", "unit_mismatch", "out_of_scope"],
+        ("labs", "population", "c"): ["missing_evidence", "temporal_mismatch"],
+        ("vitals", "patient", "d"): ["conflicting_records", "missing_value", "nonexistent_entity"],
+    }
+    quotas = plan_quotas(5486, applicable, NOISE_SUBTYPES)
+    assert sum(quotas.values()) == 5486
+    cells = {}
+    for (tid, _), q in quotas.items():
+        cell = {"a": "lp", "b": "lp", "c": "lq", "d": "vp"}[tid]
+        cells[cell] = cells.get(cell, 0) + q
+    assert max(cells.values()) - min(cells.values()) <= 1
+    record = sum(q for (t, s), q in quotas.items() if t in "ab" and NOISE_SUBTYPES[s] == "record")
+    value = sum(q for (t, s), q in quotas.items() if t in "ab" and NOISE_SUBTYPES[s] == "value")
+    query = sum(q for (t, s), q in quotas.items() if t in "ab" and NOISE_SUBTYPES[s] == "query")
+    assert max(record, value, query) - min(record, value, query) <= 1
+
+
+def test_splits_are_deterministic_and_by_patient():
+    assert 0 <= unit_hash("x", 1) < 1 and unit_hash("x", 1) == unit_hash("x", 1)
+    fr = (0.7, 0.15, 0.15)
+    a = split_of("patient", 10001, "labs.a", {"hadm_id": 1}, 0, fr)
+    b = split_of("patient", 10001, "vitals.b", {"stay_id": 9}, 0, fr)
+    assert a == b  # same patient, same split whatever the question
+    counts = {s: 0 for s in ("train", "dev", "test")}
+    for sid in range(2000):
+        counts[split_of("patient", sid, "t", {}, 0, fr)] += 1
+    assert 1200 < counts["train"] < 1600 and counts["dev"] > 200 and counts["test"] > 200
+    held = ood_templates({"a.1": "labs", "a.2": "labs", "b.1": "vitals"}, 0, 1)
+    assert len(held & {"a.1", "a.2"}) == 1 and "b.1" not in held  # a lone template is never held out
