@@ -14,6 +14,11 @@ import sys
 
 def main() -> None:
     from ehrgym.bench.builder import _fill_worker
+    from ehrgym.bench.templates.registry import all_templates
+
+    # Template modules register lexicon variants and unit conversions at import; a worker must see
+    # the same registries as the parent, whatever the pickled job happens to import.
+    all_templates()
 
     job = pickle.load(sys.stdin.buffer)
     result = _fill_worker(job)

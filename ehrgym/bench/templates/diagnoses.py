@@ -156,7 +156,8 @@ WHERE e.seq_num = 1 AND e.hadm_id IS NOT NULL""",
         gold_sql="""SELECT coalesce(d.long_title, e.icd_code)
 FROM {diagnoses_icd} e
 LEFT JOIN mimiciv_hosp.d_icd_diagnoses d ON d.icd_code = e.icd_code AND d.icd_version = e.icd_version
-WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id} AND e.seq_num = 1""",
+WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id} AND e.seq_num = 1
+ORDER BY 1""",
         answer=TITLE,
         evidence=Evidence(**DX_EVIDENCE, where="e.hadm_id = {hadm_id} AND e.seq_num = 1", category_col="icd_code",
                           aggregate=False),
@@ -232,7 +233,8 @@ WHERE e.hadm_id IS NOT NULL""",
         gold_sql="""SELECT DISTINCT e.icd_code
 FROM {procedures_icd} e
 JOIN mimiciv_hosp.admissions a ON a.hadm_id = e.hadm_id
-WHERE a.subject_id = {subject_id} AND a.hadm_id = {hadm_id}""",
+WHERE a.subject_id = {subject_id} AND a.hadm_id = {hadm_id}
+ORDER BY e.icd_code""",
         answer=CODES,
         evidence=Evidence(**PX_EVIDENCE, where="e.hadm_id = {hadm_id}", category_col="icd_code"),
         noise=("missing_evidence", "conflicting_records", "nonexistent_entity", "out_of_scope"),
@@ -280,7 +282,8 @@ WHERE drg_type = 'HCFA' AND hadm_id IS NOT NULL AND description IS NOT NULL
 GROUP BY subject_id, hadm_id HAVING count(*) = 1""",
         gold_sql="""SELECT e.description
 FROM {drgcodes} e
-WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id} AND e.drg_type = 'HCFA'""",
+WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id} AND e.drg_type = 'HCFA'
+ORDER BY e.description""",
         answer=TITLE,
         evidence=Evidence(table="drgcodes", where="e.hadm_id = {hadm_id} AND e.drg_type = 'HCFA'",
                           key=("hadm_id", "drg_type"), category_col="description", aggregate=False),
@@ -385,7 +388,7 @@ HAVING count(*) FILTER (WHERE n = top) = 1 AND sum(n) <= 400""",
   WHERE e.hadm_id IN (SELECT hadm_id FROM icu_admissions)
   GROUP BY d.long_title
 )
-SELECT long_title FROM per_title WHERE n = (SELECT max(n) FROM per_title)""",
+SELECT long_title FROM per_title WHERE n = (SELECT max(n) FROM per_title) ORDER BY long_title""",
         answer=TITLE,  # the sampler keeps years with a single most frequent title
         evidence=Evidence(**DX_EVIDENCE, category_col="icd_code", join=ADMISSION_JOIN,
                           where="extract(year FROM a.admittime) = {year} "
@@ -415,7 +418,8 @@ SELECT long_title FROM per_title WHERE n = (SELECT max(n) FROM per_title)""",
             "Average length of stay in days for {title} admissions starting in {year}?",
         ),
         sampler_sql=YEAR_TITLE_SAMPLER.format(lo=2, extra=" AND count(DISTINCT a.dischtime - a.admittime) >= 2"),
-        gold_sql="SELECT avg(date_diff('minute', a.admittime, a.dischtime) / 1440.0)\nFROM {diagnoses_icd} e"
+        # an average of integer minutes: exact, so the same on any thread count
+        gold_sql="SELECT avg(date_diff('minute', a.admittime, a.dischtime)) / 1440.0\nFROM {diagnoses_icd} e"
                  + COHORT_DX_FILTER,
         answer=MEAN, evidence=DX_COHORT_EVIDENCE,
         noise=("missing_evidence", "duplicate_records", "temporal_mismatch", "lexical_variation", "out_of_scope"),

@@ -299,7 +299,7 @@ SELECT 100.0 * (SELECT count(*) FROM high) / (SELECT count(*) FROM cohort)""",
         sampler_sql=COHORT_SAMPLER,
         gold_sql="""WITH firsts AS (
   SELECT e.hadm_id, e.valuenum,
-         row_number() OVER (PARTITION BY e.hadm_id ORDER BY e.charttime) AS rn
+         row_number() OVER (PARTITION BY e.hadm_id ORDER BY e.charttime, e.valuenum) AS rn
   FROM {labevents} e""" + COHORT_FILTER.replace("\n", "\n  ") + """
 )
 SELECT avg(valuenum) FROM firsts WHERE rn = 1""",

@@ -204,7 +204,8 @@ WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id}
             "Patient {subject_id}, ICU stay {stay_id}: sum the {label} amounts given (mg).",
         ),
         sampler_sql=DRIP_SAMPLER,
-        gold_sql="SELECT sum(e.amount)\nFROM {inputevents} e" + DRIP_FILTER,
+        # rounded in SQL: a float sum's last bits depend on the order DuckDB's threads add in
+        gold_sql="SELECT round(sum(e.amount), 6)\nFROM {inputevents} e" + DRIP_FILTER,
         answer=AMOUNT,
         evidence=Evidence(**DRIP_EVIDENCE, **DRIP_VALUE, focus="any"),
         noise=("missing_evidence", "duplicate_records", "out_of_window", "conflicting_records", "implausible_value",
@@ -278,7 +279,8 @@ WHERE drug IN ({NOTABLE_SQL}) AND hadm_id IS NOT NULL AND route IS NOT NULL
 GROUP BY ALL HAVING count(DISTINCT route) = 1""",
         gold_sql="""SELECT DISTINCT e.route
 FROM {prescriptions} e
-WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id} AND e.drug = {drug}""",
+WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id} AND e.drug = {drug}
+ORDER BY e.route""",
         answer=NAME,
         evidence=Evidence(**RX_EVIDENCE, category_col="route", focus="first", aggregate=False),
         noise=("missing_evidence", "out_of_window", "conflicting_records", "nonexistent_entity", "false_premise",
@@ -358,7 +360,7 @@ HAVING count(*) FILTER (WHERE n = top) = 1 AND sum(n) BETWEEN 2 AND 400""",
   WHERE e.drug IN ({ABX_SQL}) AND e.hadm_id IN (SELECT hadm_id FROM cohort)
   GROUP BY e.drug
 )
-SELECT drug FROM per_drug WHERE n = (SELECT max(n) FROM per_drug)""",
+SELECT drug FROM per_drug WHERE n = (SELECT max(n) FROM per_drug) ORDER BY drug""",
         answer=NAMES,
         evidence=Evidence(table="prescriptions", key=("hadm_id", "drug", "starttime"), id_col="pharmacy_id",
                           time_col="starttime", window=ADMISSION_WINDOW, category_col="drug",
@@ -393,7 +395,7 @@ HAVING count(*) BETWEEN 2 AND 400""",
   WHERE d.itemid = {itemid} AND d.label = {label} AND extract(year FROM s.intime) = {year}
   GROUP BY e.stay_id
 )
-SELECT avg(total) FROM per_stay""",
+SELECT round(avg(total), 6) FROM per_stay""",
         answer=AMOUNT,
         evidence=Evidence(**{**DRIP_EVIDENCE, "where": "e.itemid = {itemid} AND " + STAY_IN_YEAR}, join=STAY_JOIN,
                           **DRIP_VALUE),
@@ -417,7 +419,7 @@ JOIN mimiciv_icu.d_items d ON d.itemid = e.itemid
 WHERE e.itemid IN ({DRIPS_SQL}) AND s.first_careunit IS NOT NULL
 GROUP BY ALL
 HAVING count(*) BETWEEN 3 AND 400 AND count(DISTINCT e.amount) >= 2""",
-        gold_sql="""SELECT avg(e.amount)
+        gold_sql="""SELECT round(avg(e.amount), 6)
 FROM {inputevents} e
 JOIN mimiciv_icu.icustays s ON s.stay_id = e.stay_id
 JOIN mimiciv_icu.d_items d ON d.itemid = e.itemid
@@ -504,7 +506,7 @@ HAVING count(*) BETWEEN 2 AND 400""",
   WHERE e.medication = {drug} AND e.event_txt = 'Administered' AND extract(year FROM a.admittime) = {year}
   GROUP BY e.hadm_id
 )
-SELECT avg(date_diff('minute', a.admittime, f.first_dose) / 60.0)
+SELECT avg(date_diff('minute', a.admittime, f.first_dose)) / 60.0
 FROM firsts f
 JOIN mimiciv_hosp.admissions a ON a.hadm_id = f.hadm_id""",
         answer=HOURS,

@@ -126,7 +126,8 @@ register(
         gold_sql="""SELECT DISTINCT e.org_name
 FROM {microbiologyevents} e
 WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id}
-  AND e.spec_type_desc = {specimen} AND e.org_name IS NOT NULL""",
+  AND e.spec_type_desc = {specimen} AND e.org_name IS NOT NULL
+ORDER BY e.org_name""",
         answer=NAMES,
         # every culture of that type (negatives included): without them growth cannot be judged at all
         evidence=Evidence(**MICRO, where=SPECIMEN_ROWS, id_col="microevent_id", category_col="org_name",
@@ -177,7 +178,8 @@ HAVING count(*) FILTER (WHERE interpretation = 'R') >= 1""",
         gold_sql="""SELECT DISTINCT e.ab_name
 FROM {microbiologyevents} e
 WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id}
-  AND e.org_name = {organism} AND e.interpretation = 'R'""",
+  AND e.org_name = {organism} AND e.interpretation = 'R'
+ORDER BY e.ab_name""",
         answer=NAMES,
         evidence=Evidence(**MICRO, where="e.hadm_id = {hadm_id} AND e.org_name = {organism} AND e.ab_name IS NOT NULL",
                           id_col="microevent_id", category_col="interpretation", focus="first"),
@@ -255,7 +257,8 @@ HAVING count(*) = 1""",
         gold_sql="""SELECT e.dilution_value
 FROM {microbiologyevents} e
 WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id}
-  AND e.org_name = {organism} AND e.ab_name = {antibiotic}""",
+  AND e.org_name = {organism} AND e.ab_name = {antibiotic}
+ORDER BY e.dilution_value""",
         answer=MIC,
         evidence=Evidence(**MICRO,
                           where="e.hadm_id = {hadm_id} AND e.org_name = {organism} AND e.ab_name = {antibiotic}",
@@ -303,7 +306,7 @@ HAVING count(*) FILTER (WHERE n = top) = 1 AND sum(n) >= 2""",
     AND e.org_name IS NOT NULL
   GROUP BY e.org_name
 )
-SELECT org_name FROM per_org WHERE n = (SELECT max(n) FROM per_org)""",
+SELECT org_name FROM per_org WHERE n = (SELECT max(n) FROM per_org) ORDER BY org_name""",
         answer=NAME,  # the sampler keeps (year, specimen) with a single most frequent organism
         evidence=Evidence(**MICRO_SPECIMENS,
                           where="e.spec_type_desc = {specimen} AND e.org_name IS NOT NULL AND " + IN_YEAR,
@@ -397,7 +400,7 @@ WHERE hadm_id IS NOT NULL AND org_name IS NOT NULL AND ab_name IS NOT NULL AND d
   AND spec_type_desc IN ({SPECIMENS_SQL})
 GROUP BY ALL
 HAVING count(*) BETWEEN 2 AND 400 AND count(DISTINCT dilution_value) >= 2""",
-        gold_sql="""SELECT avg(e.dilution_value)
+        gold_sql="""SELECT round(avg(e.dilution_value), 6)
 FROM {microbiologyevents} e
 WHERE e.hadm_id IS NOT NULL AND e.spec_type_desc = {specimen} AND e.org_name = {organism}
   AND e.ab_name = {antibiotic}""",
