@@ -1,0 +1,87 @@
+"""The skeptic's generic SQL analysis (no database): reading a draft, matching names, relations."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import duckdb
+import sqlglot
+
+from ehrgym.agents.skeptic import out_of_scope
+from ehrgym.agents.skeptic_sql import (TABLE_RULES, analyse_draft, best_name, clean_relation, pushdown,
+                                       replace_literal, rewrite_tables)
+from ehrgym.db.schema import create_mimic_schema
+
+DRAFT = """
+WITH v AS (
+  SELECT e.charttime, e.valuenum
+  FROM mimiciv_hosp.labevents e
+  JOIN mimiciv_hosp.d_labitems d ON d.itemid = e.itemid
+  WHERE e.subject_id = 10018328 AND e.hadm_id = 26706939 AND d.itemid = 50983 AND d.label = 'Sodium'
+    AND e.charttime BETWEEN TIMESTAMP '2150-01-01 00:00:00' AND TIMESTAMP '2150-02-01 00:00:00'
+)
+SELECT (SELECT valuenum FROM v ORDER BY charttime DESC LIMIT 1)
+"""
+
+
+def test_analyse_draft_reads_references_names_window_and_shape() -> None:
+    a = analyse_draft(DRAFT)
+    assert a.refs == {"subject_id": [10018328], "hadm_id": [26706939]}
+    assert a.items == [50983]
+    assert [(n.table, n.column, n.literal, n.others) for n in a.names] == \
+        [("d_labitems", "label", "Sodium", "t.itemid = 50983")]
+    assert a.window == (dt.datetime(2150, 1, 1), dt.datetime(2150, 2, 1))
+    assert not a.aggregate  # the last value by time is a single value
+    assert a.evidence_tables == ["labevents"]
+    assert "valuenum" in a.columns["labevents"]
+    ranked = analyse_draft("SELECT e.subject_id FROM labevents e WHERE e.itemid = 1 ORDER BY e.valuenum DESC LIMIT 1")
+    assert ranked.aggregate  # ranking by value is a maximum
+    assert analyse_draft("SELECT avg(valuenum) FROM labevents WHERE year(charttime) = 2150").window == \
+        (dt.datetime(2150, 1, 1), dt.datetime(2150, 12, 31, 23, 59, 59))
+
+
+def test_best_name_fixes_misspellings_and_abbreviations() -> None:
+    labels = ["Creatinine", "Creatine Kinase (CK)", "Urea Nitrogen", "Hemoglobin", "Glucose"]
+    assert best_name("creatinin", labels) == "Creatinine"
+    assert best_name("BUN", labels) == "Urea Nitrogen"
+    assert best_name("Hgb", labels) == "Hemoglobin"
+    assert best_name("glucoze", labels) == "Glucose"
+    assert best_name("pip-tazo", ["PIPERACILLIN/TAZO", "CEFEPIME"]) == "PIPERACILLIN/TAZO"
+    assert best_name("essential hypertension NOS", ["Unspecified essential hypertension",
+                                                    "Essential (primary) hypertension"]) == \
+        "Unspecified essential hypertension"
+    assert best_name("zebra", labels) is None
+
+
+def test_out_of_scope_cues() -> None:
+    assert out_of_scope("What is the phone number of the next of kin of patient 1?")
+    assert out_of_scope("How many of the patients admitted in 2174 owned a pet?")
+    assert not out_of_scope("What was the last creatinine of patient 10001 in admission 20001?")
+    assert not out_of_scope("Was patient 10001 married at admission 20001?")
+
+
+def test_pushdown_and_rewrite_keep_the_draft_answerable() -> None:
+    a = analyse_draft(DRAFT)
+    table = next(t for t in a.tree.find_all(sqlglot.exp.Table) if t.name == "labevents")
+    where = pushdown(table, TABLE_RULES["labevents"])
+    assert where == "r.hadm_id IN (26706939) AND r.itemid IN (50983) AND r.subject_id IN (10018328)"
+    fixed = replace_literal(a.tree, "Sodium", "Sodium, Whole Blood")
+    assert "'Sodium, Whole Blood'" in fixed.sql(dialect="duckdb")
+    sql = rewrite_tables(a.tree, lambda r, w: clean_relation(r, False, tuple(a.items), w))
+    con = duckdb.connect()
+    create_mimic_schema(con)
+    con.execute("SET search_path = 'mimiciv_hosp,mimiciv_icu'")
+    con.execute("INSERT INTO mimiciv_hosp.admissions (subject_id, hadm_id, admittime, dischtime) VALUES "
+                "(10018328, 26706939, '2150-01-01', '2150-01-20')")
+    con.execute("INSERT INTO mimiciv_hosp.d_labitems (itemid, label) VALUES (50983, 'Sodium')")
+    rows = [  # a duplicate re-stored copy, an out-of-window row, a value stored as text
+        (1, "2150-01-02 06:00", "2150-01-02 07:00", "140", 140.0),
+        (2, "2150-01-02 06:00", "2150-01-02 09:00", "140", 140.0),
+        (3, "2150-01-25 06:00", "2150-01-25 07:00", "150", 150.0),
+        (4, "2150-01-05 06:00", "2150-01-05 07:00", "1,3E2 H", None),
+    ]
+    con.executemany("INSERT INTO mimiciv_hosp.labevents (labevent_id, subject_id, hadm_id, itemid, charttime, "
+                    "storetime, value, valuenum, valueuom) VALUES (?, 10018328, 26706939, 50983, ?, ?, ?, ?, "
+                    "'mEq/L')", rows)
+    assert con.execute(DRAFT).fetchall() == [(150.0,)]  # the credulous reading: the out-of-window row
+    assert con.execute(sql).fetchall() == [(1.3,)]  # in window, parsed text ("1,3" → 1.3)
