@@ -161,7 +161,11 @@ def answers_match(gold: Any, given: Any, spec: AnswerSpec) -> bool:
     g = normalise(gold, spec)
     a = normalise(given, spec)
     if spec.type == "number":
-        return math.isclose(g, a, rel_tol=spec.rel_tol, abs_tol=spec.abs_tol)
+        abs_tol = spec.abs_tol
+        if spec.decimals is not None:
+            # the gold value is rounded to `decimals`: any answer that rounds to it is right
+            abs_tol = max(abs_tol, 0.5 * 10.0 ** -spec.decimals) + 1e-9
+        return math.isclose(g, a, rel_tol=spec.rel_tol, abs_tol=abs_tol)
     return g == a
 
 

@@ -1,0 +1,135 @@
+"""The notebooks: structure (papermill parameters, thin, stored without outputs), a papermill run of
+the whole pipeline with a small injected parameter set, and nbval re-executing every executed
+notebook to check that it runs clean and that its outputs are deterministic.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from ehrgym import pipeline
+
+NOTEBOOKS = pipeline.NOTEBOOK_DIR
+# outputs that legitimately differ between two executions: absolute temporary paths, object ids
+SANITIZE = r"""
+[regex1]
+regex: /tmp/[^\s'"]*
+replace: TMPPATH
+
+[regex2]
+regex: 0x[0-9a-f]{6,}
+replace: 0xADDRESS
+"""
+
+
+def _read(name: str) -> nbformat.NotebookNode:
+    return nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+
+
+# ---------------------------------------------------------------------------------------------
+# structure (fast)
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", pipeline.ALL_NOTEBOOKS)
+def test_notebook_structure(name: str) -> None:
+    nb = _read(name)
+    nbformat.validate(nb)
+    assert nb.metadata["kernelspec"]["name"] == pipeline.KERNEL_NAME
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    tagged = [c for c in code if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1, "exactly one cell tagged 'parameters' (papermill)"
+    assert code.index(tagged[0]) == 0, "the parameters cell comes before any code"
+    for cell in code:
+        assert not cell.get("outputs") and cell.get("execution_count") is None, "store notebooks without outputs"
+        for line in cell.source.splitlines():
+            stripped = line.lstrip()
+            assert not stripped.startswith(("def ", "class ", "async def ")), \
+                f"{name}: notebooks stay thin — move `{stripped[:40]}` into an ehrgym module"
+    assert nb.cells[0].cell_type == "markdown" and nb.cells[0].source.startswith("# ")
+
+
+def test_pipeline_parameters_match_the_notebooks() -> None:
+    """Every parameter the pipeline injects is declared in the notebook's parameters cell."""
+    import ast
+
+    params = pipeline.PipelineConfig().notebook_parameters()
+    for name, injected in params.items():
+        cell = next(c for c in _read(name).cells if "parameters" in c.metadata.get("tags", []))
+        declared = {t.id for node in ast.parse(cell.source).body if isinstance(node, ast.Assign)
+                    for t in node.targets if isinstance(t, ast.Name)}
+        assert set(injected) <= declared, f"{name}: undeclared parameters {set(injected) - declared}"
+
+
+# ---------------------------------------------------------------------------------------------
+# execution: papermill, then nbval
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory: pytest.TempPathFactory) -> tuple[pipeline.PipelineConfig, dict[str, Path]]:
+    root = tmp_path_factory.mktemp("reproduce")
+    cfg = pipeline.PipelineConfig(source="synthetic", patients=100, seed=3, config="small", k=2, workers=1,
+                                  data=str(root / "data"), tables=str(root / "tables"),
+                                  figures=str(root / "figures"), split="test", limit_pairs=24, n_boot=50,
+                                  progress=False, agents=pipeline.BASELINES)
+    log: list[str] = []
+    report = pipeline.run_pipeline(cfg, log=log.append)
+    paths = {name: Path(p) for name, p in report.notebooks.items()}
+    paths[pipeline.EXPLORE_NOTEBOOK] = pipeline.execute_notebook(
+        pipeline.EXPLORE_NOTEBOOK, {"db_path": str(cfg.db_path), "bench_dir": str(cfg.bench_dir)},
+        cfg.executed_dir)
+    assert any("finished in" in line for line in log)
+    return cfg, paths
+
+
+def test_pipeline_regenerates_tables_and_figures(executed: tuple[pipeline.PipelineConfig, dict[str, Path]]) -> None:
+    cfg, paths = executed
+    assert sorted(paths) == sorted(pipeline.ALL_NOTEBOOKS)
+    tables = Path(cfg.tables)
+    figures = Path(cfg.figures)
+    for name in ("clean_vs_noise", "by_subtype", "pass_k", "abstention", "mcnemar", "failure_modes"):
+        for ext in ("csv", "md", "tex"):
+            assert (tables / f"{name}.{ext}").is_file(), f"{name}.{ext}"
+    for name in ("clean_vs_noise", "subtype_heatmap", "pass_k", "failure_modes"):
+        for ext in ("png", "pdf"):
+            assert (figures / f"{name}.{ext}").stat().st_size > 0
+    record = json.loads((cfg.executed_dir / "pipeline.json").read_text())
+    assert list(record["notebooks"]) == list(pipeline.PIPELINE_NOTEBOOKS)
+    for path in paths.values():
+        nb = nbformat.read(path, as_version=4)
+        errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+                  if o.output_type == "error"]
+        assert not errors
+        injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
+        assert len(injected) == 1
+
+
+def test_pipeline_is_cheap_to_redo(executed: tuple[pipeline.PipelineConfig, dict[str, Path]]) -> None:
+    """A second run reuses the database and the benchmark and resumes the runs (nothing new to run)."""
+    cfg, _ = executed
+    db = pipeline.ensure_database(cfg.source, cfg.db_path, patients=cfg.patients, seed=cfg.seed, progress=False)
+    bench = pipeline.ensure_benchmark(cfg.db_path, cfg.bench_dir, config=cfg.config, seed=cfg.seed, progress=False)
+    assert not db.built and not bench.built
+    summaries = pipeline.run_agents(cfg.db_path, cfg.bench_dir, cfg.runs_dir, cfg.agent_list, k=cfg.k, workers=1,
+                                    seed=cfg.seed, split=cfg.split, limit_pairs=cfg.limit_pairs, progress=False)
+    assert [s.ran for s in summaries] == [0, 0, 0] and all(s.skipped == s.planned > 0 for s in summaries)
+    by_agent = {s.agent: s for s in summaries}
+    assert by_agent["oracle"].success_clean == by_agent["oracle"].success_noise == 1.0
+    assert by_agent["credulous"].success_noise < by_agent["credulous"].success_clean
+
+
+def test_nbval_reexecutes_every_notebook_deterministically(
+        executed: tuple[pipeline.PipelineConfig, dict[str, Path]], tmp_path: Path) -> None:
+    _, paths = executed
+    sanitize = tmp_path / "nbval_sanitize.cfg"
+    sanitize.write_text(SANITIZE)
+    cmd = [sys.executable, "-m", "pytest", "--nbval", "--nbval-current-env", "--nbval-sanitize-with", str(sanitize),
+           "-p", "no:cacheprovider", "-q", "-o", "addopts=",
+           # its own basetemp: a nested pytest must not prune the numbered temp dirs this session uses
+           f"--basetemp={tmp_path / 'nbval-basetemp'}", *[str(paths[n]) for n in pipeline.ALL_NOTEBOOKS]]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout and "failed" not in proc.stdout
