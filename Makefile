@@ -9,11 +9,12 @@ STAMP := $(VENV)/.ehrgym-installed
 
 # reproduce parameters (override on the command line: make reproduce PATIENTS=500 SOURCE=demo)
 SOURCE ?= synthetic
-PATIENTS ?= 2000
+PATIENTS ?= 1000
 SEED ?= 0
 CONFIG ?= paper
 K ?= 4
 WORKERS ?= 2
+SPLIT ?= test
 MIMIC_DIR ?= ../shared/mimic-iv-demo-2.2
 DATA := data
 
@@ -32,7 +33,7 @@ test: $(STAMP)
 
 reproduce: $(STAMP)
 	$(BIN)/python -m ehrgym.pipeline --source $(SOURCE) --patients $(PATIENTS) --seed $(SEED) \
-		--config $(CONFIG) --k $(K) --workers $(WORKERS) --mimic-dir "$(MIMIC_DIR)" --data $(DATA)
+		--config $(CONFIG) --k $(K) --workers $(WORKERS) --split $(SPLIT) --mimic-dir "$(MIMIC_DIR)" --data $(DATA)
 
 llm-smoke: $(STAMP)
 	$(BIN)/python scripts/llm_smoke.py

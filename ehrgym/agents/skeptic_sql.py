@@ -22,6 +22,7 @@ import datetime as dt
 import difflib
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Callable
 
 import sqlglot
@@ -163,6 +164,17 @@ _VALUE_COLUMNS = {"valuenum", "value", "amount", "rate", "dose_val_rx"}
 _TEMPORAL = ("TIMESTAMP", "TIMESTAMPNTZ", "TIMESTAMPTZ", "DATE", "DATETIME")
 
 
+
+@lru_cache(maxsize=8192)
+def _parse_cached(sql: str, read: str) -> exp.Expression:
+    return sqlglot.parse_one(sql, read=read)
+
+
+def _parse(sql: str, read: str = "duckdb") -> exp.Expression:
+    """``sqlglot.parse_one`` memoised by text (the k trials of a task re-read the same SQL); a copy,
+    so callers may edit the tree."""
+    return _parse_cached(sql, read).copy()
+
 def _mimic_table(node: exp.Table) -> str | None:
     name = node.name.lower()
     return name if name in mimic_schema() else None
@@ -251,7 +263,7 @@ def _sibling_predicates(node: exp.Expression, col: exp.Column) -> str:
 
 def analyse_draft(sql: str) -> DraftAnalysis:
     """Read the draft; raises ``sqlglot`` errors when it does not parse."""
-    tree = sqlglot.parse_one(sql, read="duckdb")
+    tree = _parse(sql, read="duckdb")
     tables: list[str] = []
     for t in tree.find_all(exp.Table):
         name = _mimic_table(t)
@@ -575,7 +587,7 @@ def rewrite_tables(tree: exp.Expression, relation: Relation, only: str | None = 
         if rule is None or (only is not None and name != only):
             continue
         alias = t.alias or t.name
-        sub = sqlglot.parse_one(f"SELECT * FROM {relation(rule, pushdown(t, rule))} AS {alias}",
+        sub = _parse(f"SELECT * FROM {relation(rule, pushdown(t, rule))} AS {alias}",
                                 read="duckdb").find(exp.From).this
         t.replace(sub)
     return new.sql(dialect="duckdb")
@@ -602,7 +614,7 @@ def evidence_select(tree: exp.Expression, table: str) -> exp.Select | None:
                             if not any(c.name.lower() in value_cols and (c.table or "").lower() in ("", alias.lower())
                                        for c in p.find_all(exp.Column))]
                     ev.set("where", exp.Where(this=exp.and_(*kept)) if kept else None)
-                ev.set("expressions", [sqlglot.parse_one(f"{alias}.*", read="duckdb")])
+                ev.set("expressions", [_parse(f"{alias}.*", read="duckdb")])
                 with_key = "with_" if "with_" in tree.args else "with"
                 ctes = tree.args.get(with_key)
                 if ctes is not None and select is not tree:

@@ -22,7 +22,12 @@ def open_database(path: str | Path, read_only: bool = True) -> duckdb.DuckDBPyCo
         con = duckdb.connect(str(path), read_only=read_only)
     except duckdb.Error as exc:
         raise DatabaseError(f"cannot open {path} as a DuckDB database: {exc}") from exc
-    con.execute(search_path_sql())
+    try:
+        con.execute(search_path_sql())
+    except duckdb.CatalogException as exc:
+        con.close()
+        raise DatabaseError(f"{path} is a DuckDB file without the MIMIC-IV schemas (mimiciv_hosp, mimiciv_icu); "
+                            f"build a kit database with `ehrgym db synth` or `ehrgym db load-mimic`") from exc
     return con
 
 

@@ -1,0 +1,399 @@
+"""Writes the five notebooks of notebooks/ (thin: calls into ehrgym, displays, plots).
+
+The notebooks are generated so their structure stays uniform; edit this script and rerun
+``python scripts/make_notebooks.py`` rather than editing the .ipynb files by hand.
+"""
+import sys
+from pathlib import Path
+
+import nbformat as nbf
+
+OUT = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1] / "notebooks"
+META = {"kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
+        "language_info": {"name": "python", "pygments_lexer": "ipython3"}}
+
+
+def md(text):
+    return nbf.v4.new_markdown_cell(text.strip("\n"))
+
+
+def code(text, tags=()):
+    c = nbf.v4.new_code_cell(text.strip("\n"))
+    if tags:
+        c.metadata["tags"] = list(tags)
+    return c
+
+
+def params(text):
+    return code(text, tags=("parameters",))
+
+
+def write(name, cells):
+    nb = nbf.v4.new_notebook(cells=cells, metadata=META)
+    for i, c in enumerate(nb.cells):
+        c.id = f"{name[:2]}-{i:02d}"
+    nbf.validate(nb)
+    OUT.mkdir(parents=True, exist_ok=True)
+    nbf.write(nb, OUT / f"{name}.ipynb")
+
+
+# ---------------------------------------------------------------------------------------------
+write("00_build_database", [
+    md("""
+# 00 · Build the database
+
+EHR-RobustGym runs every question against a **MIMIC-IV-shaped DuckDB database** (schemas
+`mimiciv_hosp` and `mimiciv_icu`, 31 tables, table and column names exactly as MIMIC-IV v2.2).
+Three sources:
+
+| `source` | what | needs |
+|---|---|---|
+| `synthetic` | the embedded synthetic hospital, deterministic from `seed`, any number of `patients` | nothing |
+| `demo` | the open MIMIC-IV demo (100 patients, ODbL) | `mimic_dir` with `hosp/` and `icu/` from PhysioNet |
+| `mimic` | the credentialed MIMIC-IV release | `mimic_dir` (PhysioNet credentialed access) |
+
+An existing database with the same parameters is reused (its bookkeeping records source, seed,
+patient count and a content hash); `force=True` rebuilds it. `make reproduce` runs this notebook
+through papermill with the parameters below replaced.
+"""),
+    params("""
+source = "synthetic"      # synthetic | demo | mimic
+patients = 1000           # synthetic hospital size (ignored for demo/mimic)
+seed = 0                  # synthetic generator seed
+mimic_dir = None          # demo/mimic: directory with hosp/ and icu/ (demo default: ../shared/mimic-iv-demo-2.2)
+data_dir = "../data"      # where databases, benchmarks and runs go
+db_path = None            # None: DATA_DIR/<source>-….duckdb
+force = False             # rebuild even if a matching database exists
+progress = True           # progress bars
+"""),
+    code("""
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from ehrgym import pipeline
+from ehrgym.db.connect import open_database
+from ehrgym.db.info import database_info
+from ehrgym.db.schema import mimic_schema
+
+pd.set_option("display.max_columns", 40, "display.width", 200)
+db_path = db_path or str(pipeline.database_path(source, patients, seed, data_dir))
+"""),
+    md("## Build or reuse"),
+    code("""
+# NBVAL_IGNORE_OUTPUT
+# (build time and built/reused depend on what is already on disk)
+result = pipeline.ensure_database(source, db_path, patients=patients, seed=seed, mimic_dir=mimic_dir,
+                                  force=force, progress=progress)
+print(f"{result.note} in {result.seconds:.1f} s")
+"""),
+    md("""
+## What the database holds
+
+The bookkeeping lives in a schema agents never see (`ehrgym_meta`). The content hash is an
+order-independent digest of every row: the same source, seed and size always give the same hash.
+"""),
+    code("""
+info = database_info(db_path)
+pd.Series({key: info.get(key, "-") for key in ("source", "release", "seed", "patients", "content_hash")},
+          name="value").to_frame()
+"""),
+    code("""
+rows = pd.DataFrame([{"table": name, "rows": n} for name, n in info["row_counts"].items()])
+rows["schema"] = rows["table"].map(lambda t: mimic_schema()[t].qualified.split(".")[0])
+rows = rows.sort_values(["schema", "rows"])
+colors = rows["schema"].map({"mimiciv_hosp": "#4477AA", "mimiciv_icu": "#EE6677"})
+ax = rows.plot.barh(x="table", y="rows", figsize=(7, 8), logx=True, color=colors, legend=False)
+ax.set_xlabel("rows (log scale)")
+ax.set_title(f"{info.get('source')} database: rows per table (total {rows['rows'].sum():,}; "
+             f"blue mimiciv_hosp, red mimiciv_icu)", fontsize=9)
+plt.show()
+"""),
+    md("A first look: a few patients and their admissions (unqualified table names resolve through the MIMIC-IV search path)."),
+    code("""
+con = open_database(db_path, read_only=True)
+patients_df = con.execute(\"\"\"
+    SELECT p.subject_id, p.gender, p.anchor_age, count(a.hadm_id) AS admissions,
+           min(a.admittime) AS first_admission
+    FROM patients p LEFT JOIN admissions a USING (subject_id)
+    GROUP BY ALL ORDER BY p.subject_id LIMIT 5\"\"\").df()
+con.close()
+patients_df
+"""),
+])
+
+# ---------------------------------------------------------------------------------------------
+write("01_build_benchmark", [
+    md("""
+# 01 · Build the Clean–Noise benchmark
+
+Every question comes as a **pair**: a clean task, and a noisy twin whose evidence (record level),
+a value (value level) or the question itself (query level) was corrupted. A pair is kept only if
+it is *verified*: the clean gold SQL answers on clean evidence, the noise really traps a credulous
+agent, and for recoverable noise a robust gold SQL reproduces the expected answer.
+
+Configs: `small` (~300 pairs, seconds) and `paper` (5,486 pairs, balanced over the six intents
+and two levels, noise levels about a third each). The build is deterministic: same database,
+config and seed give byte-identical files. An existing benchmark with the same config, seed and
+database content hash is reused.
+"""),
+    params("""
+db_path = "../data/synthetic-p1000-s0.duckdb"   # from 00_build_database
+bench_dir = None          # None: DATA/bench/<db>-<config>-s<seed>
+config = "paper"          # small | paper
+seed = 0
+force = False
+progress = True
+examples_per_subtype = 1  # example pairs shown per noise subtype
+"""),
+    code("""
+import json
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+from IPython.display import Markdown, display
+
+from ehrgym import explore, pipeline
+from ehrgym.bench.dataset import load_benchmark
+from ehrgym.report.figures import palette  # the colour-blind-safe palette of the report figures
+
+pd.set_option("display.max_columns", 40, "display.width", 250, "display.max_colwidth", 120)
+bench_dir = bench_dir or str(pipeline.benchmark_path(db_path, config, seed))
+"""),
+    code("""
+# NBVAL_IGNORE_OUTPUT
+# (build time and built/reused depend on what is already on disk)
+result = pipeline.ensure_benchmark(db_path, bench_dir, config=config, seed=seed, force=force, progress=progress)
+print(f"{result.note} in {result.seconds:.1f} s")
+"""),
+    code("""
+bench = load_benchmark(bench_dir)
+frame = explore.task_frame(bench.tasks)
+print(f"{len(bench.pairs())} pairs, {len(bench)} tasks, content hash {bench.content_hash[:16]}…")
+explore.dataset_overview(frame)
+"""),
+    md("""
+## Counts by intent × level × noise level × subtype
+
+Rows: clinical intent and question level; columns: noise level and subtype (Clean–Noise pairs).
+"""),
+    code("explore.category_matrix(frame)"),
+    code("""
+report = json.loads((Path(bench_dir) / "build_report.json").read_text())
+pd.Series(report["discarded"], name="pairs discarded by reason", dtype="int64").to_frame()
+"""),
+    md("""
+## SQL complexity
+
+Structural-component count of each clean task's gold SQL (tables, joins, predicates,
+aggregations, subqueries/CTEs, window functions, GROUP/ORDER/LIMIT, CASE, functions; see
+`ehrgym.bench.complexity`).
+"""),
+    code("explore.complexity_summary(frame)"),
+    code("""
+dist = explore.complexity_distribution(frame)
+ax = dist.plot.bar(stacked=True, figsize=(9, 3.5), width=0.85, color=palette(len(dist.columns)))
+ax.set_xlabel("gold-SQL complexity (structural components)")
+ax.set_ylabel("clean tasks")
+ax.set_title("SQL complexity distribution by intent")
+plt.show()
+"""),
+    md("## Example pairs (one per noise subtype)"),
+    code("explore.example_pairs(bench.tasks, per_subtype=examples_per_subtype)"),
+    md("## The dataset card (`card.md`, written with the benchmark)"),
+    code("Markdown((Path(bench_dir) / \"card.md\").read_text())"),
+])
+
+# ---------------------------------------------------------------------------------------------
+write("02_run_evaluation", [
+    md("""
+# 02 · Run the agents
+
+A run is an agent × the benchmark × `k` trials. Episodes run concurrently (`workers`), are
+appended to `RUNS/<agent>/episodes.jsonl` as they finish, and rerunning resumes where a crash
+left off — so this notebook is cheap to run again.
+
+Baselines: `oracle` (replays the expected path; must score 100 %), `credulous` (runs the clean
+gold SQL and answers whatever comes back — the trap), `skeptic` (checks existence,
+plausibility, duplicates and units first). An LLM joins through any OpenAI-compatible endpoint:
+set `model` and `base_url` (or `EHRGYM_MODEL` / `OPENAI_BASE_URL`) and add `"chat"` to `agents`.
+"""),
+    params("""
+db_path = "../data/synthetic-p1000-s0.duckdb"
+bench_dir = "../data/bench/synthetic-p1000-s0-paper-s0"
+runs_dir = None           # None: DATA/runs/<benchmark name>
+agents = ["oracle", "credulous", "skeptic"]
+k = 4                     # trials per task
+workers = 2               # concurrent episodes
+seed = 0                  # run seed (per-episode seeds derive from it)
+split = "test"            # the split evaluated (train | dev | test | ood); None: every task
+limit_pairs = None        # evaluate only the first N pairs
+model = None              # chat agent: model name
+base_url = None           # chat agent: OpenAI-compatible endpoint
+n_boot = 1000             # bootstrap replicates for the 95% CIs below
+progress = True
+"""),
+    code("""
+import pandas as pd
+
+from ehrgym import pipeline
+from ehrgym.eval.metrics import format_table, load_episodes, summarize
+
+pd.set_option("display.max_columns", 40, "display.width", 250)
+runs_dir = runs_dir or str(pipeline.runs_path(bench_dir))
+"""),
+    code("""
+# NBVAL_IGNORE_OUTPUT
+# (how many episodes run now depends on what is already stored; timings vary)
+summaries = pipeline.run_agents(db_path, bench_dir, runs_dir, agents, k=k, workers=workers, seed=seed,
+                                split=split, limit_pairs=limit_pairs, model=model, base_url=base_url, progress=progress)
+pd.DataFrame([{key: s.to_dict()[key] for key in ("agent", "model", "planned", "skipped", "ran", "wall_seconds",
+                                               "episodes_per_second", "infrastructure_errors")} for s in summaries])
+"""),
+    md("""
+## Results
+
+Success rates per system over the tasks of each variant (every task weighs the same, infrastructure
+errors excluded), 95 % bootstrap CIs over Clean–Noise pairs. `03_robustness_analysis` breaks these
+down and regenerates the paper's tables and figures.
+"""),
+    code("""
+run_dirs = pipeline.run_dirs(runs_dir, agents, model)
+episodes = load_episodes(run_dirs)
+tables = summarize(episodes, n_boot=n_boot, seed=seed)
+tables["overview"]
+"""),
+    code("format_table(tables[\"clean_vs_noise\"], percent=(\"clean\", \"noise\", \"pair\", \"drop_abs\", \"drop_rel\"))"),
+    code("""
+terminations = tables["terminations"]
+terminations.pivot_table(index="system", columns="termination", values="count", aggfunc="sum", fill_value=0)
+"""),
+])
+
+# ---------------------------------------------------------------------------------------------
+write("03_robustness_analysis", [
+    md("""
+# 03 · Robustness analysis
+
+This notebook calls `ehrgym.report.build_report` — the function behind `ehrgym report` — so the
+command line and the notebook cannot drift apart. It writes every table (CSV, Markdown, LaTeX)
+into `tables/` and every figure (PNG, PDF) into `figures/`, then shows them.
+"""),
+    params("""
+bench_dir = "../data/bench/synthetic-p1000-s0-paper-s0"
+run_dirs = ["../data/runs/synthetic-p1000-s0-paper-s0/oracle",
+            "../data/runs/synthetic-p1000-s0-paper-s0/credulous",
+            "../data/runs/synthetic-p1000-s0-paper-s0/skeptic"]
+tables_out = "../tables"
+figures_out = "../figures"
+n_boot = 1000             # bootstrap replicates for the 95% CIs
+seed = 0                  # bootstrap seed
+examples_per_mode = 1     # failed trajectories shown per (agent, failure mode)
+"""),
+    code("""
+import pandas as pd
+from IPython.display import Markdown, display
+
+from ehrgym import explore
+from ehrgym.eval.metrics import load_episodes
+from ehrgym.report import build_report
+
+pd.set_option("display.max_columns", 40, "display.width", 250, "display.max_colwidth", 100)
+manifest = build_report(run_dirs, bench_dir, tables_out, figures_out, n_boot=n_boot, seed=seed, progress=False)
+print(f"{len(manifest.tables)} tables and {len(manifest.figures)} figures written; "
+      f"skipped: {sorted(manifest.skipped) or 'none'}")
+"""),
+    md("## Clean vs Noise per agent (95 % CI) and the drop"),
+    code("display(*explore.report_section(manifest, \"clean_vs_noise\"))"),
+    md("## Per noise subtype"),
+    code("display(*explore.report_section(manifest, \"by_subtype\", figure=False))\n"
+         "display(*explore.report_section(manifest, \"subtype_heatmap\", table=False))"),
+    code("display(*explore.report_section(manifest, \"by_noise_level\"))"),
+    md("## Per clinical intent and per question level"),
+    code("display(*explore.report_section(manifest, \"by_intent\"))"),
+    code("display(*explore.report_section(manifest, \"by_level\"))"),
+    md("""
+## Reliability across trials: pass^k, k = 1..4
+
+pass^k is the chance that *all* k trials of a task succeed (unbiased estimator
+C(c,k)/C(n,k)); undefined, not zero, for tasks with fewer than k valid trials.
+"""),
+    code("display(*explore.report_section(manifest, \"pass_k\"))"),
+    md("## Abstention: precision, recall and over-abstention on Clean"),
+    code("display(*explore.report_section(manifest, \"abstention\"))"),
+    md("## McNemar's test on Clean/Noise pairs"),
+    code("display(*explore.report_section(manifest, \"mcnemar\", figure=False))"),
+    code("display(*explore.report_section(manifest, \"reliability\", figure=False))"),
+    md("""
+## Failure modes
+
+Failed episodes by cause: SQL error, wrong value, false abstention (abstained on an answerable
+question), missed abstention (answered an unanswerable one), wrong reason, step limit.
+"""),
+    code("display(*explore.report_section(manifest, \"failure_modes\"))"),
+    md("### Example failed trajectories"),
+    code("""
+episodes = load_episodes(run_dirs, trajectories=True)
+for example in explore.failure_gallery(episodes, per_mode=examples_per_mode):
+    display(Markdown(example["title"]), example["steps"])
+"""),
+    md("## Dataset statistics (from the benchmark)"),
+    code("display(*explore.report_section(manifest, \"dataset_counts\", figure=False))\n"
+         "display(*explore.report_section(manifest, \"dataset_composition\"))"),
+])
+
+# ---------------------------------------------------------------------------------------------
+write("04_explore_noise", [
+    md("""
+# 04 · Explore the noise
+
+For teaching: pick a Clean–Noise pair, read the question, compare the evidence rows on the clean
+and on the noisy view of the database side by side, see what a **credulous** agent answers (it
+runs the clean gold SQL and trusts the result) and what is **expected** — then run an agent live.
+
+Evidence rows come from each task's `meta['evidence_sql']`, run through the task's overlay: the
+same views an agent's episode sees. Everything the widget does is a function of
+`ehrgym.explore` (used directly in the cells below).
+"""),
+    params("""
+db_path = "../data/synthetic-p1000-s0.duckdb"
+bench_dir = "../data/bench/synthetic-p1000-s0-paper-s0"
+pair_id = None            # None: the first pair in the list
+agent = "skeptic"         # the agent run live below
+"""),
+    code("""
+import pandas as pd
+from IPython.display import display
+
+from ehrgym import explore
+
+pd.set_option("display.max_columns", 40, "display.width", 250, "display.max_colwidth", 120)
+ex = explore.NoiseExplorer(db_path, bench_dir)
+pairs = ex.pairs()
+pairs.groupby(["noise_level", "noise_subtype"], sort=False).size().rename("pairs").to_frame()
+"""),
+    md("## The trap, one pair per noise subtype"),
+    code("explore.trap_table(ex)"),
+    md("## One pair up close"),
+    code("""
+pair_id = pair_id or pairs["pair_id"].iloc[0]
+view = ex.compare(pair_id)
+pd.Series(view.summary(), name="").to_frame()
+"""),
+    code("view.outcome_table()"),
+    md("Evidence rows, clean and noisy side by side (`both`, `clean only`: removed or edited by the noise, `noisy only`: inserted or edited):"),
+    code("view.evidence"),
+    md("## Run an agent live on the noisy question"),
+    code("""
+run = ex.run_agent(view.noise, agent)
+display(pd.Series(run.summary(), name="").to_frame())
+run.steps
+"""),
+    md("## Interactive explorer\n\nChoose a noise subtype and a pair; press *run agent live* to watch an agent on the noisy twin."),
+    code("""
+# NBVAL_IGNORE_OUTPUT
+# (widget state)
+explore.explorer_widget(ex)
+"""),
+])
+print("notebooks written to", OUT)
