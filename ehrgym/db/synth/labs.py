@@ -233,9 +233,10 @@ def generate(rng: np.random.Generator, c: Cohort) -> tuple[TableData, TableData,
     abnormal = (val < ref_lo) | (val > ref_hi)
     units = [r.unit if r.unit.strip() else None for r in refs]
     # specimen ids: random-looking but unique, labevent ids: sequential
-    spec_space = np.unique(spec)
-    spec_ids = rng.permutation(spec_space.size) * 7 + 1_000_000 + rng.integers(0, 7, spec_space.size)
-    specimen_id = spec_ids[np.searchsorted(spec_space, spec)]
+    # every specimen number 0 .. spec_counter-1 is used (each taken draw of a panel gets one), so they
+    # index the specimen-id table directly
+    spec_ids = rng.permutation(spec_counter) * 7 + 1_000_000 + rng.integers(0, 7, spec_counter)
+    specimen_id = spec_ids[spec]
     storetime = np.minimum(tt + uniform_int(rng, 20, 150, n) * MINUTE, c.dischtime[a])
     provider = np.where(rng.random(n) < 0.5, rng.integers(0, len(c.providers), n), -1)
 

@@ -19,42 +19,77 @@ from ehrgym.db.synth.common import NAT
 from ehrgym.errors import SchemaError
 
 
+ROW_GROUP_ROWS = 122_880
+"""Rows per Arrow record batch handed to DuckDB: its row-group size, so that a big table arrives as many
+batches, which DuckDB converts, compresses and writes on all its threads (batch insert keeps the order)."""
+
+
+def _validity(null: np.ndarray | None) -> tuple[pa.Buffer | None, int]:
+    if null is None:
+        return None, 0
+    null = np.asarray(null, dtype=bool)
+    nulls = int(np.count_nonzero(null))
+    if nulls == 0:
+        return None, 0
+    return pa.py_buffer(np.packbits(~null, bitorder="little")), nulls
+
+
+def _array(arrow_type: pa.DataType, values: np.ndarray, null: np.ndarray | None = None) -> pa.Array:
+    """A primitive Arrow array over ``values``' memory (``null`` marks NULLs). Built from buffers rather
+    than with ``pa.array``, which imports pandas on first use and ``pyarrow.compute`` for casts."""
+    validity, nulls = _validity(null)
+    values = np.ascontiguousarray(values)
+    return pa.Array.from_buffers(arrow_type, values.size, [validity, pa.py_buffer(values)], null_count=nulls)
+
+
+def _strings(values: Sequence[str]) -> pa.Array:
+    """A (small) Arrow string array without ``pa.array``."""
+    encoded = [v.encode("utf-8") for v in values]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
+    np.cumsum([len(e) for e in encoded], out=offsets[1:])
+    return pa.Array.from_buffers(pa.string(), len(encoded),
+                                 [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))])
+
+
 def ts(seconds: np.ndarray) -> pa.Array:
     """Timestamps from int64 seconds (``NAT`` → NULL)."""
     seconds = np.asarray(seconds, dtype=np.int64)
     mask = seconds == NAT
-    return pa.array(np.where(mask, 0, seconds), type=pa.int64(), mask=mask if mask.any() else None).cast(pa.timestamp("s"))
+    return _array(pa.timestamp("s"), np.where(mask, 0, seconds), mask)
 
 
 def dates(days: np.ndarray) -> pa.Array:
     """Dates from int64 days since 1970-01-01 (``NAT`` → NULL)."""
     days = np.asarray(days, dtype=np.int64)
     mask = days == NAT
-    return pa.array(np.where(mask, 0, days).astype(np.int32), type=pa.int32(),
-                    mask=mask if mask.any() else None).cast(pa.date32())
+    return _array(pa.date32(), np.where(mask, 0, days).astype(np.int32), mask)
 
 
 def ints(values: np.ndarray, null: np.ndarray | None = None) -> pa.Array:
-    values = np.asarray(values, dtype=np.int64)
-    return pa.array(values, type=pa.int64(), mask=null if null is not None and null.any() else None)
+    return _array(pa.int64(), np.asarray(values, dtype=np.int64), null)
 
 
 def floats(values: np.ndarray, null: np.ndarray | None = None) -> pa.Array:
-    values = np.asarray(values, dtype=np.float64)
-    return pa.array(values, type=pa.float64(), mask=null if null is not None and null.any() else None)
+    return _array(pa.float64(), np.asarray(values, dtype=np.float64), null)
 
 
 def cat(codes: np.ndarray, labels: Sequence[str | None]) -> pa.Array:
     """Dictionary-encoded strings: ``labels[codes]`` without materialising Python strings (code < 0 or a
     ``None`` label → NULL)."""
-    codes = np.asarray(codes, dtype=np.int64)
+    codes = np.asarray(codes)
+    if codes.dtype.kind not in "iu":
+        codes = codes.astype(np.int64)
     label_list = list(labels)
-    null_labels = np.array([lab is None for lab in label_list] + [True], dtype=bool)
-    mask = (codes < 0) | null_labels[np.where(codes < 0, len(label_list), codes)]
-    safe = np.where(mask, 0, codes).astype(np.int32)
-    dictionary = pa.array(["" if lab is None else lab for lab in label_list] or [""], type=pa.string())
-    return pa.DictionaryArray.from_arrays(pa.array(safe, type=pa.int32(), mask=mask if mask.any() else None),
-                                          dictionary)
+    if codes.size and int(codes.max()) >= len(label_list):
+        raise SchemaError(f"category code {int(codes.max())} out of range for {len(label_list)} labels")
+    mask = codes < 0
+    null_labels = np.array([lab is None for lab in label_list], dtype=bool)
+    if null_labels.any():
+        mask |= null_labels[np.where(mask, 0, codes)]
+    safe = codes.astype(np.int32)
+    safe[mask] = 0
+    return pa.DictionaryArray.from_arrays(_array(pa.int32(), safe, mask),
+                                          _strings(["" if lab is None else lab for lab in label_list] or [""]))
 
 
 def const(value: str | None, n: int) -> pa.Array:
@@ -75,7 +110,10 @@ class TableData:
         lengths = {k: len(v) for k, v in self.columns.items()}
         if len(set(lengths.values())) > 1:
             raise SchemaError(f"synthetic table {self.name}: columns of unequal length {lengths}")
-        return pa.table(self.columns)
+        table = pa.table(self.columns)
+        if table.num_rows <= ROW_GROUP_ROWS:
+            return table
+        return pa.Table.from_batches(table.to_batches(max_chunksize=ROW_GROUP_ROWS), table.schema)
 
 
 def insert(con: duckdb.DuckDBPyConnection, data: TableData) -> int:
