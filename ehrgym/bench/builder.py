@@ -281,6 +281,10 @@ class Builder:
 
     def run(self) -> list[Draft]:
         plan = self.sample()
+        # Verification runs single-threaded, in this process and in the workers alike: a naive SQL
+        # that meets tied rows (conflicting records at one charttime) then reads them in scan order,
+        # so the recorded trap values do not depend on thread scheduling or on the worker count.
+        self.verifier.con.execute("SET threads = 1")
         by_id = {t.id: t for t in self.templates}
         slots = [_Slot(by_id[tid], sub, q) for (tid, sub), q in sorted(
             plan.items(), key=lambda kv: (kv[0][0], SUBTYPE_ORDER.index(kv[0][1])))]
@@ -396,11 +400,9 @@ def _run_workers(jobs: list[Any]) -> list[dict[str, Any]]:
 def _fill_worker(args: tuple[str, BuildConfig, int, list[tuple[Template, list[tuple[str, int]], list[Candidate]]]]
                  ) -> dict[str, Any]:
     """Fill the slots of some templates in a separate process (see ``Builder._fill_parallel``)."""
-    import os
-
     db_path, config, seed, job = args
     b = Builder(db_path, config, seed, progress=False, templates=[t for t, _, _ in job])
-    b.verifier.con.execute(f"SET threads = {max(1, (os.cpu_count() or 1) // config.workers)}")
+    b.verifier.con.execute("SET threads = 1")  # as in Builder.run: tie order must not depend on threads
     try:
         drafts: list[Draft] = []
         bar = tqdm(disable=True)
