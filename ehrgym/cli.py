@@ -39,9 +39,10 @@ def cli() -> None:
     """EHR-RobustGym: Clean–Noise benchmarks and episodes over MIMIC-IV-shaped DuckDB databases."""
 
 
-def main() -> None:
+def run_command(command: click.Command, args: list[str] | None = None) -> None:
+    """Run a click command as a program: kit errors become one ``error:`` line and exit code 2."""
     try:
-        cli.main(standalone_mode=False)
+        command.main(args=args, standalone_mode=False)
     except click.exceptions.Abort:
         sys.exit(130)
     except click.ClickException as exc:
@@ -50,6 +51,10 @@ def main() -> None:
     except EhrGymError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
+
+
+def main() -> None:
+    run_command(cli)
 
 
 if __name__ == "__main__":

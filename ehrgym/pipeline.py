@@ -628,18 +628,9 @@ def _cli() -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    import click
+    from ehrgym.cli import run_command
 
-    try:
-        _cli().main(args=list(argv) if argv is not None else None, standalone_mode=False)
-    except click.exceptions.Abort:
-        sys.exit(130)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except EhrGymError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+    run_command(_cli(), list(argv) if argv is not None else None)
 
 
 if __name__ == "__main__":

@@ -135,11 +135,16 @@ def _item_key(item: Any) -> Any:
         return parse_string(item)
 
 
+def _integer(number: float) -> int | float:
+    """Whole numbers compare as ints; a fractional answer stays a float (and so never equals an int)."""
+    return int(number) if number.is_integer() else number
+
+
 Normaliser = Callable[[Any], Any]
 
 NORMALISERS: dict[str, Normaliser] = {
     "number": parse_number,
-    "integer": lambda v: int(round(parse_number(v))) if float(parse_number(v)).is_integer() else parse_number(v),
+    "integer": lambda v: _integer(parse_number(v)),
     "string": parse_string,
     "set": lambda v: frozenset(_item_key(i) for i in parse_items(v)),
     "list": lambda v: tuple(_item_key(i) for i in parse_items(v)),
@@ -206,8 +211,6 @@ def _json_scalar(value: Any) -> Any:
         return value.isoformat()
     if hasattr(value, "item"):
         return value.item()
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
-        return value
     return value
 
 

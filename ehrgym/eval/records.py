@@ -6,7 +6,7 @@ need; ``trajectory`` carries the full episode (actions, observations, timings, v
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
 from ehrgym.errors import TaskFormatError
@@ -66,7 +66,8 @@ class EpisodeRecord:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "EpisodeRecord":
         names = {f.name for f in fields(cls)}
-        missing = [f.name for f in fields(cls) if f.name not in data and f.default is f.default_factory is None]
+        missing = [f.name for f in fields(cls)
+                   if f.name not in data and f.default is MISSING and f.default_factory is MISSING]
         try:
             return cls(**{k: v for k, v in data.items() if k in names})
         except TypeError as exc:

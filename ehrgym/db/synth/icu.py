@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -158,6 +159,16 @@ def _caregiver(st: Stays, s: np.ndarray, t: np.ndarray) -> np.ndarray:
     return st.caregivers[(st.cg_offset[s] + (t // (12 * HOUR))) % st.caregivers.size]
 
 
+def _stay_keys(st: Stays, s: np.ndarray, t: np.ndarray) -> dict[str, Any]:
+    """The key columns every ICU event table starts with, for events at times ``t`` of stays ``s``."""
+    return {
+        "subject_id": ints(st.subject_id[s]),
+        "hadm_id": ints(st.hadm_id[s]),
+        "stay_id": ints(st.stay_id[s]),
+        "caregiver_id": ints(_caregiver(st, s, t)),
+    }
+
+
 def _in_window(t: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     return (start != NAT) & (t >= start) & (t < end)
 
@@ -256,10 +267,7 @@ def chartevents(rng: np.random.Generator, st: Stays) -> TableData:
     decimals = np.array([item_decimals(i) for i in unit_items])[unit_idx]
     store = np.minimum(tt + uniform_int(rng, 0, 40, m) * MINUTE, st.outtime[ss])
     return TableData("chartevents", {
-        "subject_id": ints(st.subject_id[ss]),
-        "hadm_id": ints(st.hadm_id[ss]),
-        "stay_id": ints(st.stay_id[ss]),
-        "caregiver_id": ints(_caregiver(st, ss, tt)),
+        **_stay_keys(st, ss, tt),
         "charttime": ts(tt),
         "storetime": ts(store),
         "itemid": ints(item),
@@ -399,10 +407,7 @@ def inputevents(rng: np.random.Generator, st: Stays) -> tuple[TableData, TableDa
     item = np.array([x.itemid for x in spec])[inf]
     is_rate = ~np.isnan(rate)
     inputs = TableData("inputevents", {
-        "subject_id": ints(st.subject_id[s]),
-        "hadm_id": ints(st.hadm_id[s]),
-        "stay_id": ints(st.stay_id[s]),
-        "caregiver_id": ints(_caregiver(st, s, start)),
+        **_stay_keys(st, s, start),
         "starttime": ts(start),
         "endtime": ts(end),
         "storetime": ts(store),
@@ -438,10 +443,7 @@ def inputevents(rng: np.random.Generator, st: Stays) -> tuple[TableData, TableDa
     ing_idx, ing_item, ing_amount, ing_rate = ing_idx[o], ing_item[o], ing_amount[o], ing_rate[o]
     is_water = ing_item == 220490
     ingredients = TableData("ingredientevents", {
-        "subject_id": ints(st.subject_id[s][ing_idx]),
-        "hadm_id": ints(st.hadm_id[s][ing_idx]),
-        "stay_id": ints(st.stay_id[s][ing_idx]),
-        "caregiver_id": ints(_caregiver(st, s[ing_idx], start[ing_idx])),
+        **_stay_keys(st, s[ing_idx], start[ing_idx]),
         "starttime": ts(start[ing_idx]),
         "endtime": ts(end[ing_idx]),
         "storetime": ts(store[ing_idx]),
@@ -473,10 +475,7 @@ def outputevents(rng: np.random.Generator, st: Stays) -> TableData:
     item = np.where(st.foley[j], FOLEY, VOID)
     store = np.minimum(t + uniform_int(rng, 0, 30, j.size) * MINUTE, st.outtime[j])
     return TableData("outputevents", {
-        "subject_id": ints(st.subject_id[j]),
-        "hadm_id": ints(st.hadm_id[j]),
-        "stay_id": ints(st.stay_id[j]),
-        "caregiver_id": ints(_caregiver(st, j, t)),
+        **_stay_keys(st, j, t),
         "charttime": ts(t),
         "storetime": ts(store),
         "itemid": ints(item),
@@ -553,10 +552,7 @@ def procedures(rng: np.random.Generator, st: Stays) -> tuple[TableData, TableDat
     store = np.minimum(end + uniform_int(rng, 0, 60, n) * MINUTE, st.outtime[s])
     store = np.maximum(store, end)
     proc = TableData("procedureevents", {
-        "subject_id": ints(st.subject_id[s]),
-        "hadm_id": ints(st.hadm_id[s]),
-        "stay_id": ints(st.stay_id[s]),
-        "caregiver_id": ints(_caregiver(st, s, start)),
+        **_stay_keys(st, s, start),
         "starttime": ts(start),
         "endtime": ts(end),
         "storetime": ts(store),
@@ -598,10 +594,7 @@ def procedures(rng: np.random.Generator, st: Stays) -> tuple[TableData, TableDat
     d_s, d_item, d_chart, d_value = d_s[o], d_item[o], d_chart[o], d_value[o]
     nd = d_s.size
     dtev = TableData("datetimeevents", {
-        "subject_id": ints(st.subject_id[d_s]),
-        "hadm_id": ints(st.hadm_id[d_s]),
-        "stay_id": ints(st.stay_id[d_s]),
-        "caregiver_id": ints(_caregiver(st, d_s, d_chart)),
+        **_stay_keys(st, d_s, d_chart),
         "charttime": ts(d_chart),
         "storetime": ts(np.minimum(d_chart + uniform_int(rng, 0, 20, nd) * MINUTE, st.outtime[d_s])),
         "itemid": ints(d_item),
