@@ -101,6 +101,8 @@ ATTACKS: list[str] = [
     "SELECT * FROM information_schema.schemata",
     "SELECT * FROM sqlite_master",
     "SELECT * FROM pg_catalog.pg_views",
+    "SELECT * FROM (SHOW ALL TABLES)",
+    "SELECT * FROM (DESCRIBE base.ehrgym_meta.build_info)",
     # scalar functions reading settings, env, catalog, sequences
     "SELECT current_setting('memory_limit')",
     "SELECT getenv('HOME')",
@@ -228,6 +230,12 @@ def test_defence_in_depth_on_the_episode_connection(env: EhrEnv, tiny_db: Path) 
         con.execute("SET memory_limit = '100GB'")
     with pytest.raises(duckdb.Error):
         con.execute("INSERT INTO base.mimiciv_hosp.patients VALUES (9,'F',1,2150,'x',NULL)")
+    settings = dict(con.execute("SELECT name, value FROM duckdb_settings() WHERE name IN ('autoload_known_extensions', "
+                                "'autoinstall_known_extensions', 'python_enable_replacements', "
+                                "'enable_external_access', 'lock_configuration')").fetchall())
+    assert settings == {"autoload_known_extensions": "false", "autoinstall_known_extensions": "false",
+                        "python_enable_replacements": "false", "enable_external_access": "false",
+                        "lock_configuration": "true"}
 
 
 def test_rejections_are_cached_and_stay_rejections() -> None:
@@ -248,27 +256,117 @@ def test_the_database_file_itself_is_only_guarded_by_the_gate(tiny_db: Path) -> 
             gate.check(f"SELECT * FROM {fn}('{tiny_db}')")
         with pytest.raises(GateRejection):
             gate.check_with_duckdb(f"SELECT * FROM {fn}('{tiny_db}')")
+        with pytest.raises(GateRejection):
+            gate.check_with_duckdb_tokens(f"SELECT * FROM {fn}('{tiny_db}')")
 
 
 @pytest.mark.parametrize("query", ATTACKS)
 def test_duckdb_parser_layer_alone_refuses_every_attack(query: str) -> None:
-    """The second layer (DuckDB's own parser) holds even if sqlglot were fooled."""
+    """Mode ``ast`` of the second layer (DuckDB's own parser) holds even if sqlglot were fooled."""
     with pytest.raises(GateRejection):
         SqlGate().check_with_duckdb(query)
 
 
-def test_parallel_gate_decides_like_the_sequential_one() -> None:
-    par, seq = SqlGate(parallel=True), SqlGate(parallel=False)
+@pytest.mark.parametrize("query", ATTACKS)
+def test_attack_is_refused_in_ast_mode_too(query: str) -> None:
+    with pytest.raises(GateRejection):
+        SqlGate(duckdb_check="ast").check(query)
+
+
+def test_both_duckdb_modes_admit_the_same_queries_identically() -> None:
+    tokens, ast = SqlGate(), SqlGate(duckdb_check="ast")
     try:
-        for query in ATTACKS + ALLOWED:
-            outcomes = []
-            for gate in (par, seq):
-                try:
-                    d = gate.check(query)
-                    outcomes.append((d.kind, d.sql, d.tables))
-                except GateRejection as exc:
-                    outcomes.append(str(exc))
-            assert outcomes[0] == outcomes[1], query
+        for query in ALLOWED:
+            a, b = tokens.check(query), ast.check(query)
+            assert (a.kind, a.sql, a.tables, a.rewritten) == (b.kind, b.sql, b.tables, b.rewritten), query
     finally:
-        par.close()
-        seq.close()
+        tokens.close()
+        ast.close()
+
+
+def test_unknown_duckdb_check_mode_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="tokens"):
+        SqlGate(duckdb_check="regex")
+
+
+# Attacks DuckDB's lexer layer does not refuse on its own: none names an object DuckDB could
+# resolve on an episode connection (no such table, or a file, which external access blocks).
+LEXER_ALONE_HARMLESS = [
+    'SELECT * FROM "base.ehrgym_meta.build_info"',
+    "SELECT * FROM \uff4c\uff41\uff42\uff45\uff56\uff45\uff4e\uff54\uff53",
+    "SELECT * FROM labevents_base",
+    "SELECT * FROM mimiciv_icu.labevents",
+    "SELECT * FROM '/etc/passwd'",
+    "FROM '/tmp/x.csv'",
+]
+
+
+@pytest.mark.parametrize("query", [q for q in ATTACKS if q not in LEXER_ALONE_HARMLESS])
+def test_duckdb_lexer_layer_alone_refuses_every_attack(query: str) -> None:
+    """Mode ``tokens`` of the second layer holds even if sqlglot's tree were fooled."""
+    with pytest.raises(GateRejection):
+        SqlGate().check_with_duckdb_tokens(query)
+
+
+def test_what_the_lexer_layer_lets_through_fails_on_a_raw_episode_connection(env: EhrEnv) -> None:
+    assert all(q in ATTACKS for q in LEXER_ALONE_HARMLESS)
+    for query in LEXER_ALONE_HARMLESS:
+        with pytest.raises(duckdb.Error):
+            env.conn.con.execute(query).fetchall()
+
+
+def test_a_different_reading_by_the_two_lexers_is_refused() -> None:
+    """Hand DuckDB's lexer layer sqlglot's tokens of another text, as a lexer bug would."""
+    from ehrgym.env.gate import _DIALECT
+
+    gate = SqlGate()
+    shown = f"SELECT 1 FROM labevents /* FROM {META} */"
+    for seen_by_sqlglot in ("SELECT 1 FROM labevents", "SELECT 1 FROM labevents /* x */ WHERE 1 = 1",
+                            "SELECT '1 FROM labevents /* x */'"):
+        with pytest.raises(GateRejection, match="read it differently"):
+            gate.check_with_duckdb_tokens(f"SELECT 1 FROM labevents, {META}", _DIALECT.tokenize(seen_by_sqlglot))
+    gate.check_with_duckdb_tokens(shown, _DIALECT.tokenize(shown))  # comments are no code for either
+
+
+@pytest.mark.parametrize("query", [
+    "SELECT * FROM labevents WHERE valueuom = 'µg/dL' AND comments <> 'é' LIMIT 1",  # byte vs char offsets
+    "SELECT subject_id FROM labevents GROUP BY subject_id ORDER BY subject_id NULLS LAST",
+    "SELECT subject_id FROM patients UNION ALL SELECT subject_id FROM admissions",
+    "SELECT a.subject_id FROM admissions a LEFT OUTER JOIN patients p ON a.subject_id = p.subject_id",
+    "SELECT i FROM range(3) r(i)",
+    "WITH x(a) AS (SELECT 1) SELECT a FROM x",
+    "SELECT count(*) FILTER (WHERE valuenum > 1) FROM labevents",
+    "SELECT COLUMNS('value.*') FROM labevents",
+    "SELECT CAST(valuenum AS DECIMAL(10, 2)), valuenum::VARCHAR FROM labevents",
+    "SELECT list_transform([1, 2], x -> x + 1), {'a': 1}, [1, 2][1]",
+    "SELECT subject_id -- trailing comment",
+    "SELECT 1;;",
+    "SELECT min(charttime) AS start, max(charttime) AS load, 1 AS update FROM labevents",
+])
+def test_lexer_layer_admits_ordinary_sql(query: str) -> None:
+    decision = SqlGate().check(query)
+    assert decision.kind == "query"
+
+
+@pytest.mark.parametrize("query, why", [
+    ("SELECT lower(x).getenv('HOME')", "getenv"),
+    ("SELECT main.lower('A')", "main"),
+    ("SELECT * FROM labevents l, sqlite_master", "sqlite_master"),
+    ('SELECT 1 AS "base"', "base"),
+    ("SELECT 1 INTO t2", "INTO"),
+    ("SELECT * FROM (SHOW ALL TABLES)", "SHOW"),
+    ("SELECT * FROM (SUMMARIZE labevents)", "SUMMARIZE"),
+    ("SELECT 1; SELECT 2", "more than one statement"),
+    ("VALUES (1); DROP VIEW labevents", "more than one statement"),
+])
+def test_lexer_layer_explains_its_refusals(query: str, why: str) -> None:
+    with pytest.raises(GateRejection, match=why):
+        SqlGate().check_with_duckdb_tokens(query)
+
+
+def test_episode_connections_do_not_scan_python_objects(env: EhrEnv) -> None:
+    import pandas as pd
+
+    leaked_frame = pd.DataFrame({"secret": [SECRET]})  # noqa: F841  (a name DuckDB could resolve)
+    with pytest.raises(duckdb.Error):
+        env.conn.con.execute("SELECT * FROM leaked_frame").fetchall()

@@ -51,12 +51,14 @@ def play(bench_dir: Path, db_path: Path, task_id: str | None, max_steps: int, no
 
 @group.command()
 @click.argument("query")
-def gate(query: str) -> None:
+@click.option("--duckdb-check", type=click.Choice(["tokens", "ast"]), default="tokens", show_default=True,
+              help="the gate's second layer: DuckDB's lexer (tokens) or DuckDB's full parser (ast)")
+def gate(query: str, duckdb_check: str) -> None:
     """Say whether QUERY passes the SQL gate, and what runs if it does."""
     from ehrgym.env.gate import SqlGate
     from ehrgym.errors import GateRejection
 
-    g = SqlGate()
+    g = SqlGate(duckdb_check=duckdb_check)
     try:
         decision = g.check(query)
     except GateRejection as exc:

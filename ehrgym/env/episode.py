@@ -52,6 +52,7 @@ class EnvConfig:
     python_warm: int = 1                     # pre-forked workers kept by the env's own worker pool
     scoring: str = "strict"                  # reward on abstentions: strict (reason must match) | lenient
     schema_summary: bool = True              # show the compact schema in the first observation
+    gate_check: str = "tokens"               # the SQL gate's DuckDB layer: tokens (lexer) | ast (full parse)
     max_observation_chars: int = 20_000
 
     @property
@@ -126,7 +127,7 @@ class EhrEnv:
                                                                  background=False)
         self.conn = self.pool.acquire()
         self._own_gate = gate is None
-        self.gate = gate if gate is not None else SqlGate()
+        self.gate = gate if gate is not None else SqlGate(duckdb_check=config.gate_check)
         self._own_python_pool = python_pool is None
         self._python_pool = python_pool
         self._worker: Any = None

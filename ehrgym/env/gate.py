@@ -1,14 +1,27 @@
 """The SQL gate: admits read-only queries over the episode's MIMIC-IV tables, nothing else.
 
-Two independent parsers must both agree that a query is safe (defence in depth):
+Two independent readings of the query must both agree that it is safe (defence in depth):
 
 1. **sqlglot** (DuckDB dialect) classifies the statement and answers schema exploration
    (``SHOW TABLES``, ``DESCRIBE t``) from the kit's static schema, rewrites
    ``information_schema.columns``/``.tables`` to a static copy holding only the 31 exposed
    tables, and checks every table, schema, catalog and function against allow-lists.
-2. **DuckDB's own parser** (``json_serialize_sql`` on a private connection) parses the *exact*
-   text that will run; its AST is checked again (base tables, table functions, functions), so a
-   difference between the two parsers (comments, string escapes, …) cannot smuggle anything in.
+2. **DuckDB's own reading** of the *exact* text that will run, in one of two modes
+   (``SqlGate(duckdb_check=...)``):
+
+   ``"tokens"`` (default, ~0.05 ms): DuckDB's lexer must split the text into exactly the tokens
+   sqlglot parsed (same offsets, same spans, same kind: word, string, number, operator; comments
+   where sqlglot saw comments), so a difference between the two readers (comments, string
+   escapes, quoting, unicode escapes, …) cannot hide code from layer 1. On DuckDB's tokens,
+   no identifier may name a catalog, a system schema or a system view (``base``,
+   ``ehrgym_meta``, ``sqlite_master``, …) and a word followed by ``(`` must be an allowed
+   function (or an alias the query itself defines with a column list).
+
+   ``"ast"`` (~0.6 ms more): DuckDB's parser (``json_serialize_sql`` on a private connection)
+   parses the text and its full AST is checked again (base tables, table functions, functions).
+
+   ``tokens`` is the default because a DuckDB round trip costs ~0.3 ms on its own, more than
+   the rest of the gate; ``ast`` is there for those who want a second full parse.
 
 On top of the gate, episode connections run with ``enable_external_access=false`` and
 ``lock_configuration=true`` (see :mod:`ehrgym.env.pool`). Every rejection raises
@@ -20,15 +33,15 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Callable, Iterator
 
 import duckdb
-import sqlglot
 from sqlglot import exp
+from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokens import Token, TokenType
 
 from ehrgym.db.schema import EXPOSED_SCHEMAS, mimic_schema, table_spec
 from ehrgym.errors import GateRejection
@@ -89,6 +102,39 @@ def duckdb_function_allowlist() -> frozenset[str]:
     names = {str(r[0]).lower() for r in rows}
     return frozenset(n for n in names
                      if n not in _DENY_FUNCTIONS and not n.startswith(_DENY_FUNCTION_PREFIXES))
+
+
+@lru_cache(maxsize=1)
+def callable_names() -> frozenset[str]:
+    """Every function name DuckDB knows, of any kind (scalar, aggregate, table, pragma, macro)."""
+    con = duckdb.connect(":memory:")
+    try:
+        rows = con.execute("SELECT DISTINCT function_name FROM duckdb_functions()").fetchall()
+    finally:
+        con.close()
+    return frozenset(str(r[0]).lower() for r in rows)
+
+
+@lru_cache(maxsize=1)
+def duckdb_keywords() -> frozenset[str]:
+    con = duckdb.connect(":memory:")
+    try:
+        rows = con.execute("SELECT keyword_name FROM duckdb_keywords()").fetchall()
+    finally:
+        con.close()
+    return frozenset(str(r[0]).lower() for r in rows)
+
+
+@lru_cache(maxsize=1)
+def reachable_system_relations() -> frozenset[str]:
+    """Views and tables a bare name reaches on any DuckDB connection (schemas ``main``, ``pg_catalog``)."""
+    con = duckdb.connect(":memory:")
+    try:
+        rows = con.execute("SELECT view_name FROM duckdb_views() WHERE schema_name IN ('main', 'pg_catalog') "
+                           "UNION SELECT table_name FROM duckdb_tables()").fetchall()
+    finally:
+        con.close()
+    return frozenset(str(r[0]).lower() for r in rows)
 
 
 @lru_cache(maxsize=1)
@@ -167,7 +213,14 @@ def info_schema_sql() -> list[str]:
 # Statement handlers: one small object per admitted statement kind (a registry, not if/elif)
 # ---------------------------------------------------------------------------------------------
 
-StatementHandler = Callable[["SqlGate", exp.Expression, str, "Future[str] | None"], GateDecision]
+@dataclass(frozen=True)
+class Parsed:
+    """sqlglot's tokens of the query text (layer 2 compares DuckDB's lexer against them)."""
+
+    tokens: list[Token]
+
+
+StatementHandler = Callable[["SqlGate", exp.Expression, str, Parsed], GateDecision]
 STATEMENT_HANDLERS: dict[type[exp.Expression], StatementHandler] = {}
 
 
@@ -180,7 +233,7 @@ def statement_handler(*kinds: type[exp.Expression]) -> Callable[[StatementHandle
 
 
 @statement_handler(exp.Show)
-def _handle_show(gate: "SqlGate", stmt: exp.Expression, text: str, pending: "Future[str] | None") -> GateDecision:
+def _handle_show(gate: "SqlGate", stmt: exp.Expression, text: str, parsed: Parsed) -> GateDecision:
     what = str(stmt.this or "").upper()
     if what in ("TABLES", "ALL TABLES") or what.endswith("TABLES"):
         return GateDecision("static", static=show_tables())
@@ -188,8 +241,7 @@ def _handle_show(gate: "SqlGate", stmt: exp.Expression, text: str, pending: "Fut
 
 
 @statement_handler(exp.Describe)
-def _handle_describe(gate: "SqlGate", stmt: exp.Expression, text: str,
-                     pending: "Future[str] | None") -> GateDecision:
+def _handle_describe(gate: "SqlGate", stmt: exp.Expression, text: str, parsed: Parsed) -> GateDecision:
     target = stmt.this
     if isinstance(target, exp.Table) and isinstance(target.this, exp.Identifier) and not target.catalog:
         if target.db and target.db.lower() not in EXPOSED_SCHEMAS:
@@ -199,11 +251,13 @@ def _handle_describe(gate: "SqlGate", stmt: exp.Expression, text: str,
 
 
 @statement_handler(*_ALLOWED_ROOTS)
-def _handle_select(gate: "SqlGate", stmt: exp.Expression, text: str, pending: "Future[str] | None") -> GateDecision:
-    tables, rewritten = gate.check_select(stmt)
+def _handle_select(gate: "SqlGate", stmt: exp.Expression, text: str, parsed: Parsed) -> GateDecision:
+    tables, rewritten, local_names = gate.check_select(stmt)
     sql = stmt.sql(dialect="duckdb", comments=False) if rewritten else text
-    raw = pending.result() if pending is not None and not rewritten else None
-    gate.check_with_duckdb(sql, raw)
+    if gate.duckdb_check == "ast":
+        gate.check_with_duckdb(sql)
+    else:
+        gate.check_with_duckdb_tokens(sql, None if rewritten else parsed.tokens, local_names)
     return GateDecision("query", sql=sql, tables=tuple(sorted(tables)), rewritten=rewritten)
 
 
@@ -224,14 +278,19 @@ class SqlGate:
     _cache: "OrderedDict[str, GateDecision | GateRejection]" = field(default_factory=OrderedDict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _parser_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    parallel: bool = False  # True: DuckDB parses in a helper thread while sqlglot parses (idle CPUs)
+    duckdb_check: str = "tokens"  # layer 2: "tokens" (DuckDB's lexer) or "ast" (DuckDB's parser)
     _parser: duckdb.DuckDBPyConnection | None = field(default=None, repr=False)
-    _executor: ThreadPoolExecutor | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        self.functions = duckdb_function_allowlist() | TABLE_FUNCTIONS_ALLOWED
+        if self.duckdb_check not in DUCKDB_CHECKS:
+            raise ValueError(f"duckdb_check must be one of {sorted(DUCKDB_CHECKS)}, got {self.duckdb_check!r}")
+        self.functions = duckdb_function_allowlist() | TABLE_FUNCTIONS_ALLOWED | _PARSER_REWRITTEN_CALLS
         self.system_names = system_object_names()
         self.tables = frozenset(mimic_schema())
+        exposed = self.tables | {c.name for spec in mimic_schema().values() for c in spec.columns}
+        self.forbidden_identifiers = (_FORBIDDEN_IDENTIFIERS | reachable_system_relations()) - exposed
+        self.forbidden_calls = (callable_names() | _DENY_FUNCTIONS) - self.functions
+        self.forbidden_keyword_calls = self.forbidden_calls & duckdb_keywords()
 
     # -- public -------------------------------------------------------------------------------
     def check(self, query: str) -> GateDecision:
@@ -253,9 +312,6 @@ class SqlGate:
         return hit
 
     def close(self) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
         with self._parser_lock:
             if self._parser is not None:
                 self._parser.close()
@@ -269,9 +325,9 @@ class SqlGate:
             raise reject(f"the query is longer than {self.max_query_chars} characters")
         if "\x00" in query:
             raise reject("the query contains a NUL character")
-        pending = self._serialize_async(query)  # DuckDB parses in parallel with sqlglot (GIL released)
         try:
-            statements = [s for s in sqlglot.parse(query, read="duckdb")
+            tokens = _DIALECT.tokenize(query)
+            statements = [s for s in _DIALECT.parser().parse(tokens, query)
                           if s is not None and not isinstance(s, exp.Semicolon)]
         except (ParseError, TokenError) as exc:
             first = str(exc).splitlines()[0] if str(exc) else "syntax error"
@@ -287,13 +343,15 @@ class SqlGate:
                     break
         if handler is None:
             raise reject(f"{_statement_name(stmt)} statements are not allowed (read-only SELECT only)")
-        return handler(self, stmt, query, pending)
+        return handler(self, stmt, query, Parsed(tokens))
 
-    def check_select(self, stmt: exp.Expression) -> tuple[set[str], bool]:
-        """Check a SELECT tree in place; returns the tables read and whether it was rewritten."""
+    def check_select(self, stmt: exp.Expression) -> tuple[set[str], bool, frozenset[str]]:
+        """Check a SELECT tree in place; returns the tables read, whether it was rewritten and the
+        aliases it defines with a column list (``range(3) r(i)``: ``r`` looks like a call)."""
         tables: set[str] = set()
         rewritten = False
         cte_names: set[str] = set()
+        local_names: set[str] = set()
         table_nodes: list[exp.Table] = []
         for node in list(stmt.walk()):
             kind = type(node)
@@ -308,6 +366,9 @@ class SqlGate:
                 table_nodes.append(node)  # type: ignore[arg-type]
             elif role == "cte":
                 cte_names.add(node.alias_or_name.lower())
+            elif role == "alias":
+                if node.args.get("columns") and node.this is not None:
+                    local_names.add(node.name.lower())
             elif role == "func":
                 self._check_function(node)  # type: ignore[arg-type]
             elif role == "column":
@@ -321,7 +382,7 @@ class SqlGate:
         for table in table_nodes:
             if self._check_table(table, cte_names, tables):
                 rewritten = True
-        return tables, rewritten
+        return tables, rewritten, frozenset(local_names)
 
     def _check_table(self, node: exp.Table, cte_names: set[str], tables: set[str]) -> bool:
         target = node.this
@@ -371,20 +432,9 @@ class SqlGate:
             literal = "'" + sql.replace("'", "''") + "'"
             return self._parser.execute(f"SELECT json_serialize_sql({literal})").fetchone()[0]
 
-    def _serialize_async(self, sql: str) -> "Future[str] | None":
-        if not self.parallel:
-            return None
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ehrgym-gate")
-        return self._executor.submit(self._serialize, sql)
-
-    def check_with_duckdb(self, sql: str, raw: str | None = None) -> None:
-        """Parse ``sql`` with DuckDB itself and re-check what DuckDB will actually run.
-
-        ``raw`` is a serialisation of exactly ``sql`` made earlier (the parallel path)."""
-        if raw is None:
-            raw = self._serialize(sql)
-        tree = json.loads(raw)
+    def check_with_duckdb(self, sql: str) -> None:
+        """Parse ``sql`` with DuckDB itself and re-check what DuckDB will actually run (mode ``ast``)."""
+        tree = json.loads(self._serialize(sql))
         if tree.get("error"):
             msg = tree.get("error_message", "parse error")
             raise reject(f"DuckDB cannot run it as a single SELECT ({msg})")
@@ -430,6 +480,50 @@ class SqlGate:
         for node in tables:
             self._duckdb_table(node, ctes)
 
+    def check_with_duckdb_tokens(self, sql: str, tokens: list[Token] | None = None,
+                                 local_names: frozenset[str] = frozenset()) -> None:
+        """Layer 2, mode ``tokens``: DuckDB's lexer must read ``sql`` exactly as sqlglot did.
+
+        ``tokens`` are sqlglot's tokens of ``sql`` (tokenised here when absent); ``local_names``
+        are aliases the query defines with a column list (``t(a, b)``), which look like calls."""
+        if tokens is None:
+            try:
+                tokens = _DIALECT.tokenize(sql)
+            except TokenError:
+                raise reject("it could not be tokenised") from None
+        try:
+            lexed = duckdb.tokenize(sql)
+        except Exception as exc:  # duckdb raises its own error types for malformed text
+            raise reject(f"DuckDB cannot tokenise it ({str(exc).splitlines()[0][:200]})") from None
+        code = _duckdb_code_tokens(sql, lexed)
+        if not _same_tokens(sql, code, tokens):
+            raise reject(_DIFFERENT_READING)
+        last = len(code)
+        while last and code[last - 1][1] == ";":
+            last -= 1
+        if not last or code[0][1].lower() not in _READ_STATEMENT_STARTS:
+            raise reject("DuckDB does not read it as a SELECT statement")
+        if any(span == ";" for _, span, _, _ in code[:last]):
+            raise reject("it holds more than one statement; send one statement per call")
+        for i, (_, span, kind, keyword) in enumerate(code):
+            if kind != "word":
+                continue
+            if span[:2].lower() == "u&":
+                raise reject("unicode-escaped identifiers and strings (U&...) are not allowed")
+            name = _unquote(span)
+            if keyword and name in _STATEMENT_KEYWORDS:
+                raise reject(f"{name.upper()} is not allowed inside a query (read-only SELECT only)")
+            calls = i + 1 < len(code) and code[i + 1][1] == "("
+            if not keyword:
+                if name in self.forbidden_identifiers:
+                    raise reject(f"{name!r} names a catalog, schema or system object that is not available "
+                                 f"(if it is your alias, rename it)")
+                if calls and name not in self.functions and name not in local_names:
+                    raise reject(f"the function {name}() is not allowed (it is unknown or touches files, "
+                                 f"settings or the catalog)")
+            elif calls and name in self.forbidden_keyword_calls:
+                raise reject(f"the function {name}() is not allowed")
+
     def _duckdb_table(self, node: dict[str, Any], ctes: set[str]) -> None:
         catalog = str(node.get("catalog_name", "")).lower()
         schema = str(node.get("schema_name", "")).lower()
@@ -450,6 +544,104 @@ class SqlGate:
         raise reject(f"{name!r} is not a MIMIC-IV table (SHOW TABLES lists them)")
 
 
+DUCKDB_CHECKS: frozenset[str] = frozenset({"tokens", "ast"})
+_DIALECT = Dialect.get_or_raise("duckdb")
+_FORBIDDEN_IDENTIFIERS: frozenset[str] = _CATALOG_LIKE - {INFO_SCHEMA} | {"build_info"}
+# Calls DuckDB's parser rewrites into listed functions (``percentile_cont(…) WITHIN GROUP`` → quantile_cont).
+_PARSER_REWRITTEN_CALLS: frozenset[str] = frozenset({"percentile_cont", "percentile_disc"})
+_READ_STATEMENT_STARTS: frozenset[str] = frozenset({"select", "with", "from", "values", "("})
+# Reserved DuckDB keywords of other statements that could nest inside a query (``FROM (SHOW ...)``,
+# ``SELECT ... INTO``). Unreserved ones (``load``, ``start``, ``update``, …) are valid aliases; a second
+# statement is excluded by the first-token and semicolon rules instead.
+_STATEMENT_KEYWORDS: frozenset[str] = frozenset({"into", "create", "summarize", "describe", "show", "analyze"})
+_DIFFERENT_READING = ("DuckDB and the gate's parser read it differently (quoting, escapes or comments); "
+                      "write plain SQL with standard 'single-quoted' strings")
+_STRING_TOKENS: frozenset[TokenType] = frozenset(
+    getattr(TokenType, n) for n in ("STRING", "BIT_STRING", "HEX_STRING", "BYTE_STRING", "NATIONAL_STRING",
+                                    "RAW_STRING", "HEREDOC_STRING", "UNICODE_STRING", "NATIONAL_RAW_STRING")
+    if hasattr(TokenType, n))
+_TOKEN_KINDS: dict[TokenType, str] = {**{t: "string" for t in _STRING_TOKENS}, TokenType.NUMBER: "number",
+                                      TokenType.VAR: "word", TokenType.IDENTIFIER: "word"}
+# DuckDB's token types → (kind, is a keyword); comments map to None
+_DUCKDB_KINDS: dict[Any, tuple[str, bool] | None] = {
+    duckdb.token_type.identifier: ("word", False), duckdb.token_type.keyword: ("word", True),
+    duckdb.token_type.string_const: ("string", False), duckdb.token_type.numeric_const: ("number", False),
+    duckdb.token_type.operator: ("operator", False), duckdb.token_type.comment: None,
+}
+
+
+def _token_kind(token: Token) -> str:
+    """sqlglot token → the coarse kind DuckDB's lexer reports (word, string, number, operator)."""
+    kind = _TOKEN_KINDS.get(token.token_type)
+    if kind is not None:
+        return kind
+    first = token.text[:1]
+    return "word" if first.isalpha() or first == "_" else "operator"
+
+
+def _duckdb_code_tokens(sql: str, lexed: list[tuple[int, Any]]) -> list[tuple[int, str, str, bool]]:
+    """DuckDB's non-comment tokens as (character offset, text, kind, is a keyword); a token runs to the
+    next one, trailing blanks excluded."""
+    if sql.isascii():
+        starts = [offset for offset, _ in lexed]
+    else:  # DuckDB reports UTF-8 byte offsets
+        raw = sql.encode("utf-8")
+        starts = [len(raw[:offset].decode("utf-8")) for offset, _ in lexed]
+    starts.append(len(sql))
+    out = []
+    for i, (_, duck_kind) in enumerate(lexed):
+        kind = _DUCKDB_KINDS.get(duck_kind, ("unknown", False))
+        if kind is not None:
+            out.append((starts[i], sql[starts[i]:starts[i + 1]].rstrip(), kind[0], kind[1]))
+    return out
+
+
+def _runs(tokens: list[tuple[int, int, str, bool]]) -> list[tuple[int, int, str, bool]]:
+    """Merge adjacent operator and number tokens into one run: the two lexers split ``!~~`` or ``.5``
+    differently, which is harmless; words, strings and comments must still line up exactly."""
+    out: list[tuple[int, int, str, bool]] = []
+    for start, end, kind, keyword in tokens:
+        if kind in ("operator", "number"):
+            if out and out[-1][2] == "opnum":
+                out[-1] = (out[-1][0], end, "opnum", False)
+                continue
+            kind = "opnum"
+        out.append((start, end, kind, keyword))
+    return out
+
+
+def _same_tokens(sql: str, code: list[tuple[int, str, str, bool]], tokens: list[Token]) -> bool:
+    """True when DuckDB's tokens and sqlglot's cover the same spans with the same kinds. sqlglot merges
+    multi-word keywords (``GROUP BY``, ``UNION ALL``) that DuckDB reports word by word."""
+    duck = _runs([(start, start + len(span), kind, keyword) for start, span, kind, keyword in code])
+    glot = _runs([(t.start, t.end + 1, _token_kind(t), False) for t in tokens])
+    j, n = 0, len(duck)
+    for start, end, kind, _ in glot:
+        if j >= n:
+            return False
+        d_start, d_end, d_kind, keyword = duck[j]
+        if d_start != start or d_kind != kind:
+            return False
+        if d_end != end:
+            if kind != "word" or not keyword or d_end > end:
+                return False
+            while d_end < end:  # the next DuckDB keywords must tile the merged keyword exactly
+                j += 1
+                if j >= n:
+                    return False
+                _, d_end, d_kind, keyword = duck[j]
+                if d_kind != "word" or not keyword or d_end > end:
+                    return False
+        j += 1
+    return j == n
+
+
+def _unquote(span: str) -> str:
+    if len(span) >= 2 and span[0] == '"' and span[-1] == '"':
+        return span[1:-1].replace('""', '"').lower()
+    return span.lower()
+
+
 _FORBIDDEN_NODES: tuple[type[exp.Expression], ...] = (
     exp.Into, exp.Command, exp.Create, exp.Insert, exp.Update, exp.Delete, exp.Drop, exp.Alter, exp.Copy, exp.Set,
     exp.Pragma, exp.Attach, exp.Detach, exp.Use, exp.Merge, exp.TruncateTable, exp.Transaction)
@@ -468,6 +660,8 @@ def _role(kind: type) -> str:
         role = "column"
     elif issubclass(kind, exp.CTE):
         role = "cte"
+    elif issubclass(kind, exp.TableAlias):
+        role = "alias"
     else:
         role = "skip"
     _ROLE_CACHE[kind] = role

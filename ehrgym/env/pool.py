@@ -3,8 +3,8 @@
 Each :class:`EpisodeConnection` is an in-memory DuckDB database with the kit database
 ATTACHed ``READ_ONLY`` as ``base``, the MIMIC-IV views of :class:`~ehrgym.db.overlay.OverlaySession`
 in its own catalog, the MIMIC-IV search path, a static ``ehrgym_info`` copy of the public
-schema, ``threads``/``memory_limit`` and finally ``enable_external_access=false`` and
-``lock_configuration=true``. Building one costs tens of milliseconds, so a
+schema, ``threads``/``memory_limit``, no Python replacement scans, no extension autoloading and finally
+``enable_external_access=false`` and ``lock_configuration=true``. Building one costs tens of milliseconds, so a
 :class:`ConnectionPool` keeps ``warm`` of them ready (refilled by a background thread) and
 starting an episode only re-points the views the task's overlay touches.
 
@@ -120,6 +120,11 @@ class EpisodeConnection:
             self.con.execute(search_path_sql())
             self.con.execute(f"SET threads = {int(settings.threads)}")
             self.con.execute(f"SET memory_limit = '{settings.memory_limit}'")
+            # no Python replacement scans: a bare name must never reach a DataFrame of the env process
+            self.con.execute("SET python_enable_replacements = false")
+            # no extension may load behind an unknown function name
+            self.con.execute("SET autoinstall_known_extensions = false")
+            self.con.execute("SET autoload_known_extensions = false")
             self.con.execute("SET enable_external_access = false")
             self.con.execute("SET lock_configuration = true")
         except duckdb.Error as exc:
