@@ -370,3 +370,65 @@ def test_episode_connections_do_not_scan_python_objects(env: EhrEnv) -> None:
     leaked_frame = pd.DataFrame({"secret": [SECRET]})  # noqa: F841  (a name DuckDB could resolve)
     with pytest.raises(duckdb.Error):
         env.conn.con.execute("SELECT * FROM leaked_frame").fetchall()
+
+
+def test_shape_cache_admits_the_same_query_with_other_literals_without_reparsing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    gate = SqlGate()
+    first = gate.check("SELECT valuenum FROM labevents WHERE subject_id = 1 AND value = 'a' LIMIT 5")
+
+    def no_parse(*_: object) -> None:
+        raise AssertionError("a query of a known shape was parsed again")
+
+    monkeypatch.setattr(gate, "_decide", no_parse)
+    other = "SELECT valuenum FROM labevents WHERE subject_id = 987654 AND value = 'it''s -- not /* code' LIMIT 50"
+    decision = gate.check(other)
+    assert decision.sql == other and decision.tables == first.tables == ("labevents",)
+
+
+@pytest.mark.parametrize("first, second", [
+    ("SELECT 1 FROM labevents", "SELECT subject_id FROM labevents"),           # a literal became a word
+    ("SELECT 1 FROM labevents", "SELECT 1 FROM labevents, base.mimiciv_hosp.labevents"),
+    ("SELECT 'a' FROM labevents", "SELECT 'a' /* c */ FROM labevents; DROP VIEW labevents"),
+    ("SELECT count(*) FROM labevents", "SELECT COUNT(*) FROM labevents"),        # words match exactly
+])
+def test_shape_cache_does_not_reuse_across_different_structures(first: str, second: str,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    gate = SqlGate()
+    gate.check(first)
+    calls = []
+    decide = gate._decide
+    monkeypatch.setattr(gate, "_decide", lambda q, code=None: calls.append(q) or decide(q, code))
+    try:
+        gate.check(second)
+    except GateRejection:
+        pass
+    assert calls == [second]
+
+
+def test_rewritten_queries_and_refusals_are_not_cached_by_shape(monkeypatch: pytest.MonkeyPatch) -> None:
+    gate = SqlGate()
+    gate.check("SELECT column_name FROM information_schema.columns WHERE table_name = 'labevents'")
+    with pytest.raises(GateRejection):
+        gate.check("SELECT * FROM '/etc/passwd'")
+    calls = []
+    decide = gate._decide
+    monkeypatch.setattr(gate, "_decide", lambda q, code=None: calls.append(q) or decide(q, code))
+    rewritten = gate.check("SELECT column_name FROM information_schema.columns WHERE table_name = 'patients'")
+    assert "'patients'" in rewritten.sql and rewritten.rewritten
+    with pytest.raises(GateRejection):
+        gate.check("SELECT * FROM '/etc/shadow'")
+    assert len(calls) == 2
+
+
+def test_a_warm_shape_cache_still_refuses_every_attack() -> None:
+    gate = SqlGate()
+    for query in ALLOWED:
+        gate.check(query)
+    for query in ATTACKS:
+        with pytest.raises(GateRejection):
+            gate.check(query)
+    gate.clear_cache(shapes=False)
+    assert gate._shapes and not gate._cache
+    gate.clear_cache()
+    assert not gate._shapes

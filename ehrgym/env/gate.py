@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, Callable, Iterator
 
@@ -218,6 +218,7 @@ class Parsed:
     """sqlglot's tokens of the query text (layer 2 compares DuckDB's lexer against them)."""
 
     tokens: list[Token]
+    code: "list[DuckToken] | None" = None  # DuckDB's tokens of the same text, when already lexed
 
 
 StatementHandler = Callable[["SqlGate", exp.Expression, str, Parsed], GateDecision]
@@ -257,7 +258,10 @@ def _handle_select(gate: "SqlGate", stmt: exp.Expression, text: str, parsed: Par
     if gate.duckdb_check == "ast":
         gate.check_with_duckdb(sql)
     else:
-        gate.check_with_duckdb_tokens(sql, None if rewritten else parsed.tokens, local_names)
+        if rewritten:
+            gate.check_with_duckdb_tokens(sql, None, local_names)
+        else:
+            gate.check_with_duckdb_tokens(sql, parsed.tokens, local_names, parsed.code)
     return GateDecision("query", sql=sql, tables=tuple(sorted(tables)), rewritten=rewritten)
 
 
@@ -270,12 +274,20 @@ class SqlGate:
     """Check a query; return a :class:`GateDecision` or raise :class:`GateRejection`.
 
     Decisions are cached by query text (``cache_size`` entries): the check is a pure function
-    of the text, so a repeated query costs a dictionary lookup.
+    of the text, so a repeated query costs a dictionary lookup. In mode ``tokens`` admissions are
+    also cached by *shape*: DuckDB's tokens of the text with every string and number literal
+    replaced by a marker. A text of a known shape is DuckDB's reading of an admitted query with
+    other literal values, which cannot change what it reads: names come from words, never from
+    literals (a string in table position, ``FROM 'file'``, is refused, so never cached), and every
+    function that interprets a string as a name, a path or SQL (``query``, ``read_csv``,
+    ``getvariable``, ``current_setting``, …) is outside the allow-list. Rewritten queries
+    (``information_schema``) and refusals are cached by exact text only.
     """
 
     cache_size: int = 4096
     max_query_chars: int = 100_000
     _cache: "OrderedDict[str, GateDecision | GateRejection]" = field(default_factory=OrderedDict, repr=False)
+    _shapes: "OrderedDict[str, GateDecision]" = field(default_factory=OrderedDict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _parser_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     duckdb_check: str = "tokens"  # layer 2: "tokens" (DuckDB's lexer) or "ast" (DuckDB's parser)
@@ -299,14 +311,27 @@ class SqlGate:
             if hit is not None:
                 self._cache.move_to_end(query)
         if hit is None:
-            try:
-                hit = self._decide(query)
-            except GateRejection as exc:
-                hit = exc
+            code, shape = _lex(query) if self.duckdb_check == "tokens" else (None, None)
+            if shape is not None:
+                with self._lock:
+                    known = self._shapes.get(shape)
+                    if known is not None:
+                        self._shapes.move_to_end(shape)
+                if known is not None:
+                    hit = replace(known, sql=query)
+            if hit is None:
+                try:
+                    hit = self._decide(query, code)
+                except GateRejection as exc:
+                    hit = exc
             with self._lock:
                 self._cache[query] = hit
                 while len(self._cache) > self.cache_size:
                     self._cache.popitem(last=False)
+                if shape is not None and isinstance(hit, GateDecision) and hit.kind == "query" and not hit.rewritten:
+                    self._shapes[shape] = hit
+                    while len(self._shapes) > self.cache_size:
+                        self._shapes.popitem(last=False)
         if isinstance(hit, GateRejection):
             raise GateRejection(str(hit))
         return hit
@@ -318,7 +343,14 @@ class SqlGate:
                 self._parser = None
 
     # -- layer 1: sqlglot ---------------------------------------------------------------------
-    def _decide(self, query: str) -> GateDecision:
+    def clear_cache(self, shapes: bool = True) -> None:
+        """Forget the decisions cached by exact text and (``shapes=True``) by shape."""
+        with self._lock:
+            self._cache.clear()
+            if shapes:
+                self._shapes.clear()
+
+    def _decide(self, query: str, code: "list[DuckToken] | None" = None) -> GateDecision:
         if not isinstance(query, str) or not query.strip():
             raise reject("the query is empty")
         if len(query) > self.max_query_chars:
@@ -343,7 +375,7 @@ class SqlGate:
                     break
         if handler is None:
             raise reject(f"{_statement_name(stmt)} statements are not allowed (read-only SELECT only)")
-        return handler(self, stmt, query, Parsed(tokens))
+        return handler(self, stmt, query, Parsed(tokens, code))
 
     def check_select(self, stmt: exp.Expression) -> tuple[set[str], bool, frozenset[str]]:
         """Check a SELECT tree in place; returns the tables read, whether it was rewritten and the
@@ -481,21 +513,22 @@ class SqlGate:
             self._duckdb_table(node, ctes)
 
     def check_with_duckdb_tokens(self, sql: str, tokens: list[Token] | None = None,
-                                 local_names: frozenset[str] = frozenset()) -> None:
+                                 local_names: frozenset[str] = frozenset(),
+                                 code: "list[DuckToken] | None" = None) -> None:
         """Layer 2, mode ``tokens``: DuckDB's lexer must read ``sql`` exactly as sqlglot did.
 
         ``tokens`` are sqlglot's tokens of ``sql`` (tokenised here when absent); ``local_names``
-        are aliases the query defines with a column list (``t(a, b)``), which look like calls."""
+        are aliases the query defines with a column list (``t(a, b)``), which look like calls;
+        ``code`` is DuckDB's reading of ``sql`` when the caller has lexed it already."""
         if tokens is None:
             try:
                 tokens = _DIALECT.tokenize(sql)
             except TokenError:
                 raise reject("it could not be tokenised") from None
-        try:
-            lexed = duckdb.tokenize(sql)
-        except Exception as exc:  # duckdb raises its own error types for malformed text
-            raise reject(f"DuckDB cannot tokenise it ({str(exc).splitlines()[0][:200]})") from None
-        code = _duckdb_code_tokens(sql, lexed)
+        if code is None:
+            code = _lex(sql)[0]
+            if code is None:
+                raise reject("DuckDB cannot tokenise it")
         if not _same_tokens(sql, code, tokens):
             raise reject(_DIFFERENT_READING)
         last = len(code)
@@ -579,7 +612,23 @@ def _token_kind(token: Token) -> str:
     return "word" if first.isalpha() or first == "_" else "operator"
 
 
-def _duckdb_code_tokens(sql: str, lexed: list[tuple[int, Any]]) -> list[tuple[int, str, str, bool]]:
+DuckToken = tuple[int, str, str, bool]  # character offset, text, kind, is a keyword
+_LITERAL_MARKERS = {"string": "\x00S", "number": "\x00N"}
+
+
+def _lex(sql: str) -> tuple[list[DuckToken] | None, str | None]:
+    """DuckDB's reading of ``sql`` and its shape key (``(None, None)`` if DuckDB cannot lex it)."""
+    if not isinstance(sql, str) or "\x00" in sql:
+        return None, None
+    try:
+        lexed = duckdb.tokenize(sql)
+    except Exception:  # duckdb raises its own error types for malformed text
+        return None, None
+    code = _duckdb_code_tokens(sql, lexed)
+    return code, "\x1f".join(_LITERAL_MARKERS.get(kind, span) for _, span, kind, _ in code)
+
+
+def _duckdb_code_tokens(sql: str, lexed: list[tuple[int, Any]]) -> list[DuckToken]:
     """DuckDB's non-comment tokens as (character offset, text, kind, is a keyword); a token runs to the
     next one, trailing blanks excluded."""
     if sql.isascii():
@@ -610,7 +659,7 @@ def _runs(tokens: list[tuple[int, int, str, bool]]) -> list[tuple[int, int, str,
     return out
 
 
-def _same_tokens(sql: str, code: list[tuple[int, str, str, bool]], tokens: list[Token]) -> bool:
+def _same_tokens(sql: str, code: list[DuckToken], tokens: list[Token]) -> bool:
     """True when DuckDB's tokens and sqlglot's cover the same spans with the same kinds. sqlglot merges
     multi-word keywords (``GROUP BY``, ``UNION ALL``) that DuckDB reports word by word."""
     duck = _runs([(start, start + len(span), kind, keyword) for start, span, kind, keyword in code])
