@@ -90,16 +90,20 @@ _DUCKDB_TABLEREFS: frozenset[str] = frozenset({"BASE_TABLE", "TABLE_FUNCTION", "
                                                "CTE_NODE"})
 
 
+def _fresh_duckdb_names(sql: str) -> frozenset[str]:
+    """The first column of ``sql`` on a fresh in-memory DuckDB, lower-cased (catalog facts)."""
+    con = duckdb.connect(":memory:")
+    try:
+        return frozenset(str(r[0]).lower() for r in con.execute(sql).fetchall())
+    finally:
+        con.close()
+
+
 @lru_cache(maxsize=1)
 def duckdb_function_allowlist() -> frozenset[str]:
     """Names of DuckDB's scalar, aggregate, window and macro functions minus the deny-list."""
-    con = duckdb.connect(":memory:")
-    try:
-        rows = con.execute("SELECT DISTINCT function_name FROM duckdb_functions() "
-                           "WHERE function_type IN ('scalar', 'aggregate', 'window', 'macro')").fetchall()
-    finally:
-        con.close()
-    names = {str(r[0]).lower() for r in rows}
+    names = _fresh_duckdb_names("SELECT DISTINCT function_name FROM duckdb_functions() "
+                                "WHERE function_type IN ('scalar', 'aggregate', 'window', 'macro')")
     return frozenset(n for n in names
                      if n not in _DENY_FUNCTIONS and not n.startswith(_DENY_FUNCTION_PREFIXES))
 
@@ -107,47 +111,28 @@ def duckdb_function_allowlist() -> frozenset[str]:
 @lru_cache(maxsize=1)
 def callable_names() -> frozenset[str]:
     """Every function name DuckDB knows, of any kind (scalar, aggregate, table, pragma, macro)."""
-    con = duckdb.connect(":memory:")
-    try:
-        rows = con.execute("SELECT DISTINCT function_name FROM duckdb_functions()").fetchall()
-    finally:
-        con.close()
-    return frozenset(str(r[0]).lower() for r in rows)
+    return _fresh_duckdb_names("SELECT DISTINCT function_name FROM duckdb_functions()")
 
 
 @lru_cache(maxsize=1)
 def duckdb_keywords() -> frozenset[str]:
-    con = duckdb.connect(":memory:")
-    try:
-        rows = con.execute("SELECT keyword_name FROM duckdb_keywords()").fetchall()
-    finally:
-        con.close()
-    return frozenset(str(r[0]).lower() for r in rows)
+    return _fresh_duckdb_names("SELECT keyword_name FROM duckdb_keywords()")
 
 
 @lru_cache(maxsize=1)
 def reachable_system_relations() -> frozenset[str]:
     """Views and tables a bare name reaches on any DuckDB connection (schemas ``main``, ``pg_catalog``)."""
-    con = duckdb.connect(":memory:")
-    try:
-        rows = con.execute("SELECT view_name FROM duckdb_views() WHERE schema_name IN ('main', 'pg_catalog') "
-                           "UNION SELECT table_name FROM duckdb_tables()").fetchall()
-    finally:
-        con.close()
-    return frozenset(str(r[0]).lower() for r in rows)
+    return _fresh_duckdb_names("SELECT view_name FROM duckdb_views() WHERE schema_name IN ('main', 'pg_catalog') "
+                               "UNION SELECT table_name FROM duckdb_tables()")
 
 
 @lru_cache(maxsize=1)
 def system_object_names() -> frozenset[str]:
     """Names of every view/table a fresh DuckDB exposes (CTE names must not shadow them)."""
-    con = duckdb.connect(":memory:")
-    try:
-        rows = con.execute("SELECT view_name FROM duckdb_views() UNION SELECT table_name FROM duckdb_tables() "
-                           "UNION SELECT function_name FROM duckdb_functions() "
-                           "WHERE function_type IN ('table', 'table_macro', 'pragma')").fetchall()
-    finally:
-        con.close()
-    return frozenset(str(r[0]).lower() for r in rows) | {"build_info", "base", "system", "temp", "memory"}
+    return _fresh_duckdb_names("SELECT view_name FROM duckdb_views() UNION SELECT table_name FROM duckdb_tables() "
+                               "UNION SELECT function_name FROM duckdb_functions() "
+                               "WHERE function_type IN ('table', 'table_macro', 'pragma')"
+                               ) | {"build_info", "base", "system", "temp", "memory"}
 
 
 @dataclass(frozen=True)
