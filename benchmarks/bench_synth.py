@@ -7,11 +7,17 @@ numpy generation, DuckDB's insert threads, hashing) and rows per CPU-second, and
 (CPU s / wall s; at most the number of cores). It also prints the generation-only cost (numpy/pyarrow,
 no DuckDB), hence DuckDB's share, the size of the big database on disk and the peak resident memory.
 
+It also prints the chartevents volume of the big database per patient and per ICU stay (MIMIC-IV v3.1:
+about 1,190 and 4,600). ``--tables`` adds a per-table profile of one sequential build of the big size
+(no prefetch thread): generation and insert CPU seconds per table, the commits, the content hash and the
+final checkpoint.
+
 The load average is printed at start and end: on a shared machine wall time mostly measures the
 other processes; rows per CPU-second is the load-independent figure (contention still inflates it
 somewhat). Target (issue 2): >= 2 M rows/s of wall time on a 2-core machine.
 
     .venv/bin/python benchmarks/bench_synth.py [--runs 3] [--small 1000] [--big 10000] [--big-runs 1] [--seed 0]
+                                               [--tables]
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import duckdb
 
 from ehrgym.db.synth import build_synthetic_database, generate_tables
 
@@ -49,6 +57,74 @@ def _generate_only(patients: int, seed: int) -> Sample:
     return Sample(time.perf_counter() - wall, time.process_time() - cpu, rows)
 
 
+def _chart_density(path: Path) -> str:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        rows, patients, stays = con.execute(
+            "SELECT (SELECT count(*) FROM mimiciv_icu.chartevents), (SELECT count(*) FROM mimiciv_hosp.patients), "
+            "(SELECT count(*) FROM mimiciv_icu.icustays)").fetchone()
+    finally:
+        con.close()
+    return (f"chartevents {rows:,} rows = {rows / patients:,.0f}/patient, {rows / max(stays, 1):,.0f}/ICU stay "
+            f"(MIMIC-IV v3.1: 1,187/patient, 4,584/ICU stay)")
+
+
+def _table_profile(path: Path, patients: int, seed: int) -> None:
+    """One sequential build: CPU seconds of generation and insert per table, commits, hash, checkpoint."""
+    from ehrgym.db.connect import content_hash
+    from ehrgym.db.schema import create_mimic_schema
+    from ehrgym.db.synth.build import COMMIT_ROWS
+    from ehrgym.db.synth.writer import insert
+
+    path.unlink(missing_ok=True)
+    con = duckdb.connect(str(path))
+    con.execute("SET enable_progress_bar = false")
+    con.execute("BEGIN TRANSACTION")
+    create_mimic_schema(con)
+    per_table: dict[str, list[float]] = {}  # name -> [rows, generation cpu, insert cpu]
+    commits = pending = 0.0
+    tables = generate_tables(patients, seed)
+    while True:
+        cpu = time.process_time()
+        data = next(tables, None)
+        gen = time.process_time() - cpu
+        if data is None:
+            break
+        cpu = time.process_time()
+        rows = insert(con, data)
+        entry = per_table.setdefault(data.name, [0, 0.0, 0.0])
+        entry[0] += rows
+        entry[1] += gen
+        entry[2] += time.process_time() - cpu
+        pending += rows
+        if pending >= COMMIT_ROWS:
+            cpu = time.process_time()
+            con.execute("COMMIT")
+            con.execute("BEGIN TRANSACTION")
+            commits += time.process_time() - cpu
+            pending = 0
+    cpu = time.process_time()
+    con.execute("COMMIT")
+    commits += time.process_time() - cpu
+    cpu = time.process_time()
+    content_hash(con)
+    hashing = time.process_time() - cpu
+    cpu = time.process_time()
+    con.execute("CHECKPOINT")
+    con.close()
+    checkpoint = time.process_time() - cpu
+    print(f"per-table profile, {patients} patients (sequential; cpu-s; 'generation' is the time to produce the "
+          f"table, shared stage work included)")
+    for name, (rows, gen, ins) in sorted(per_table.items(), key=lambda kv: -(kv[1][1] + kv[1][2])):
+        if gen + ins >= 0.01:
+            print(f"  {name:<20} {int(rows):>11,} rows  generation {gen:6.2f}  insert {ins:6.2f} "
+                  f"({rows / max(ins, 1e-9) / 1e6:5.2f} M rows/insert-cpu-s)")
+    total_gen = sum(v[1] for v in per_table.values())
+    total_ins = sum(v[2] for v in per_table.values())
+    print(f"  total: generation {total_gen:.2f}  insert {total_ins:.2f}  commits {commits:.2f}  "
+          f"content_hash {hashing:.2f}  checkpoint {checkpoint:.2f}")
+
+
 def _median(samples: list[Sample]) -> Sample:
     return Sample(statistics.median(s.wall for s in samples), statistics.median(s.cpu for s in samples),
                   samples[0].rows)
@@ -66,6 +142,7 @@ def main() -> None:
     parser.add_argument("--big", type=int, default=10000)
     parser.add_argument("--big-runs", type=int, default=1, help="builds of the big database (median)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tables", action="store_true", help="also profile one sequential build per table")
     args = parser.parse_args()
     print(f"cores: {os.cpu_count()}  load average at start: {os.getloadavg()[0]:.1f}")
     with tempfile.TemporaryDirectory(prefix="ehrgym-bench-") as tmp:
@@ -81,6 +158,9 @@ def main() -> None:
         print(_line(f"build {args.big} patients", big,
                     f"  (median of {args.big_runs})  db {size / 2 ** 20:,.0f} MiB "
                     f"({size / args.big / 1024:.1f} KiB/patient)"))
+        print(f"  {_chart_density(big_path)}")
+        if args.tables:
+            _table_profile(tmp_dir / "profile.duckdb", args.big, args.seed)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS {peak:,.0f} MiB   load average at end: {os.getloadavg()[0]:.1f}")
     for label, s in ((f"{args.small} patients", small), (f"{args.big} patients", big)):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ehrgym.db.synth import dictionaries as D
-from ehrgym.db.synth.common import DAY, HOUR, NAT, day_of, expand, rank_within, uniform_int
+from ehrgym.db.synth.common import DAY, HOUR, NAT, day_of, expand, lexorder, rank_within, uniform_int
 from ehrgym.db.synth.conditions import CONDITIONS
 from ehrgym.db.synth.timeline import Cohort
 from ehrgym.db.synth.writer import TableData, cat, dates, floats, ints
@@ -52,12 +52,12 @@ def _dedupe_and_sequence(adm: np.ndarray, code: np.ndarray, priority: np.ndarray
     """Keep the first (lowest ``priority``) row of each code string within an admission, order rows by
     priority and number them from 1. Returns (admission, code, seq_num, priority)."""
     label_id = np.unique(np.array(labels), return_inverse=True)[1]
-    order = np.lexsort((priority, label_id[code], adm))
+    order = lexorder((priority, label_id[code], adm))
     adm, code, priority = adm[order], code[order], priority[order]
     dup = np.zeros(adm.size, dtype=bool)
     dup[1:] = (adm[1:] == adm[:-1]) & (label_id[code][1:] == label_id[code][:-1])
     adm, code, priority = adm[~dup], code[~dup], priority[~dup]
-    order = np.lexsort((code, priority, adm))
+    order = lexorder((code, priority, adm))
     adm, code, priority = adm[order], code[order], priority[order]
     return adm, code, rank_within(adm) + 1, priority
 
@@ -160,7 +160,7 @@ def drgcodes(rng: np.random.Generator, c: Cohort) -> TableData:
     mort = np.clip(sev + rng.integers(-1, 2, m), 1, 4)
     adm = np.concatenate([np.arange(m), np.flatnonzero(apr)])
     is_apr = np.concatenate([np.zeros(m, dtype=bool), np.ones(int(apr.sum()), dtype=bool)])
-    order = np.lexsort((is_apr, adm))
+    order = lexorder((is_apr, adm))
     adm, is_apr = adm[order], is_apr[order]
     n_drg = len(DRG_KEYS)
     label = np.where(is_apr, n_drg + drg_idx[adm], drg_idx[adm])
@@ -195,7 +195,7 @@ def hcpcs(rng: np.random.Generator, c: Cohort) -> tuple[TableData, TableData]:
     adm = np.concatenate(adm_parts)
     code = np.concatenate(code_parts)
     when = np.concatenate(time_parts)
-    order = np.lexsort((code, when, adm))
+    order = lexorder((code, when, adm))
     adm, code, when = adm[order], code[order], when[order]
     events = TableData("hcpcsevents", {
         "subject_id": ints(c.subject_id[c.pat[adm]]),
@@ -229,7 +229,7 @@ def omr(rng: np.random.Generator, c: Cohort) -> TableData:
     n_visits = 1 + rng.poisson(4.5, n)
     pat, _ = expand(n_visits)
     day = uniform_int(rng, lo[pat], hi[pat], pat.size)
-    order = np.lexsort((day, pat))
+    order = lexorder((day, pat))
     pat, day = pat[order], day[order]
     keep = np.ones(pat.size, dtype=bool)
     keep[1:] = (pat[1:] != pat[:-1]) | (day[1:] != day[:-1])

@@ -25,6 +25,34 @@ def expand(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return parent, pos
 
 
+def lexorder(keys: Sequence[np.ndarray]) -> np.ndarray:
+    """``np.lexsort(keys)`` (the last key is the primary one; stable), much faster for integer keys.
+
+    ``np.lexsort`` makes one indirect stable pass per key (about 1.4 s for three keys of 3 M rows); when
+    the keys' value ranges multiply to less than 2**63 they are packed into one int64 and sorted once with
+    a stable argsort (the same permutation, about 0.1 s). Other keys fall back to ``np.lexsort``.
+    """
+    arrays = [np.asarray(k) for k in keys]
+    if not arrays or arrays[0].size == 0 or any(a.dtype.kind not in "biu" or a.dtype == np.uint64 for a in arrays):
+        return np.lexsort(arrays)
+    lows, spans = [], []
+    total = 1
+    for a in arrays:
+        lo, hi = int(a.min()), int(a.max())
+        lows.append(lo)
+        spans.append(hi - lo + 1)
+        total *= hi - lo + 1
+    if total >= 2 ** 63:
+        return np.lexsort(arrays)
+    packed = np.zeros(arrays[0].size, dtype=np.int64)
+    weight = 1
+    for a, lo, span in zip(arrays, lows, spans):  # least significant key first
+        if span > 1:
+            packed += (a.astype(np.int64) - lo) * weight
+        weight *= span
+    return np.argsort(packed, kind="stable")
+
+
 def rank_within(groups: np.ndarray) -> np.ndarray:
     """Position of each element inside its run of equal values (``groups`` must be sorted)."""
     groups = np.asarray(groups)

@@ -1,8 +1,12 @@
 """The ICU module: ``chartevents``, ``inputevents``, ``ingredientevents``, ``outputevents``,
 ``procedureevents``, ``datetimeevents`` and ``d_items``.
 
-Vitals are charted on the hour inside each stay (arterial pressure when an arterial line is in,
-ventilator settings while ventilated, temperature and GCS every four hours…); infusions run as
+Monitored vitals (heart rate, SpO2, respiratory rate, arterial pressure when an arterial line is in, the
+ventilator's measured rate while ventilated) are charted hourly inside each stay, as in MIMIC-IV, every 15
+minutes in shock; cuff pressure hourly (every four hours beside an arterial line), heart rhythm hourly, FiO2
+and PEEP every one and two hours while ventilated, alarm limits every two hours, temperature and GCS every
+four hours (hourly in shock, every two hours while ventilated)… about 1,300 rows per stay (MIMIC-IV v3.1:
+about 4,600, from many more items); chartevents comes in chunks of stays. Infusions run as
 contiguous segments inside their physiological window (vasopressors during shock, propofol during
 ventilation); lines, catheters and ventilation appear as procedure events whose insertion times
 are echoed by date-time events. Every row lies inside its ICU stay.
@@ -10,17 +14,17 @@ are echoed by date-time events. Every row lies inside its ICU stay.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ehrgym.db.items import ItemRef, item_reference
-from ehrgym.db.synth.common import DAY, HOUR, MINUTE, NAT, ceil_to, expand, uniform_int
+from ehrgym.db.synth.common import DAY, HOUR, MINUTE, NAT, ceil_to, expand, lexorder, uniform_int
 from ehrgym.db.synth.conditions import CONDITIONS
 from ehrgym.db.synth.timeline import Cohort
-from ehrgym.db.synth.writer import TableData, cat, floats, ints, ts
+from ehrgym.db.synth.writer import TableData, cat, floats, ints, number_text, ts
 
 HR, ABPS, ABPD, ABPM, NBPS, NBPD, NBPM = 220045, 220050, 220051, 220052, 220179, 220180, 220181
 RR, SPO2, PEEP, GLU_SERUM, GCS_EYE, TEMP_F, TEMP_C = 220210, 220277, 220339, 220621, 220739, 223761, 223762
@@ -175,110 +179,155 @@ def _in_window(t: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
 
 # ------------------------------------------------------------------ chartevents
 
-def chartevents(rng: np.random.Generator, st: Stays) -> TableData:
+MONITOR_EVERY = HOUR
+"""Monitored vitals (heart rate, SpO2, respiratory rate, arterial pressure) are validated hourly, as in
+MIMIC-IV (about 1.1 heart-rate rows per ICU hour)…"""
+SHOCK_EVERY = 15 * MINUTE
+"""…and every 15 minutes in shock, while vasopressors are titrated."""
+
+
+def chartevents(rng: np.random.Generator, st: Stays, lo: int = 0, hi: int | None = None) -> TableData:
+    """The charted rows of stays ``lo`` to ``hi`` (all by default), in (stay, charttime, itemid) order."""
+    hi = st.adm.size if hi is None else hi
+    # the charting grid: every SHOCK_EVERY inside the stay, kept every MONITOR_EVERY (all of it in shock)
     first = ceil_to(st.intime, HOUR)
-    n_slots = np.maximum((st.outtime - MINUTE - first) // HOUR + 1, 0)
-    s, k = expand(n_slots)
-    t = first[s] + k * HOUR
-    hod = (t // HOUR) % 24
+    n_ticks = np.maximum((st.outtime[lo:hi] - MINUTE - first[lo:hi]) // SHOCK_EVERY + 1, 0)
+    s, k = expand(n_ticks)
+    s += lo
+    t = first[s] + k * SHOCK_EVERY
     shock_now = _in_window(t, st.shock_start[s], st.shock_end[s])
+    keep = (t % MONITOR_EVERY == 0) | shock_now
+    s, t, shock_now = s[keep], t[keep], shock_now[keep]
     vent_now = _in_window(t, st.vent_start[s], st.vent_end[s])
+    hourly = t % HOUR == 0
+    hod = (t // HOUR) % 24
     n = s.size
-    rows_s, rows_t, rows_item, rows_val, rows_text = [], [], [], [], []
+    rows: list[tuple[int, np.ndarray, np.ndarray, np.ndarray | None]] = []  # (itemid, slots, values, text codes)
 
-    def emit(mask: np.ndarray, itemid: int, values: np.ndarray, text: np.ndarray | None = None) -> None:
+    def emit(mask: np.ndarray | None, itemid: int, values: np.ndarray, text: np.ndarray | None = None) -> None:
+        """Chart ``itemid`` at the slots of ``mask`` (None: every slot); ``values`` are per slot or per chart."""
+        if mask is None:
+            rows.append((itemid, np.arange(n), values, text))
+            return
         idx = np.flatnonzero(mask)
-        rows_s.append(s[idx])
-        rows_t.append(t[idx])
-        rows_item.append(np.full(idx.size, itemid))
-        rows_val.append(values[idx])
-        rows_text.append(np.full(idx.size, -1) if text is None else text[idx])
+        if values.size == n:
+            values = values[idx]
+            text = None if text is None else text[idx]
+        rows.append((itemid, idx, values, text))
 
-    hr = np.clip(st.base["hr"][s] + 10 * shock_now + rng.normal(0, 6, n), 35, 190).round()
-    sbp = np.clip(st.base["sbp"][s] - 22 * shock_now + rng.normal(0, 9, n), 60, 230)
-    dbp = np.clip(np.minimum(st.base["dbp"][s] - 12 * shock_now + rng.normal(0, 6, n), sbp - 20), 25, 140)
-    mbp = (sbp + 2 * dbp) / 3
-    rr = np.clip(st.base["rr"][s] + rng.normal(0, 2.5, n), 6, 50).round()
-    spo2 = np.clip(st.base["spo2"][s] + 1.5 * vent_now + rng.normal(0, 1.3, n), 82, 100).round()
-    everyone = np.ones(n, dtype=bool)
-    emit(everyone, HR, hr)
-    emit(everyone, RR, rr)
-    emit(everyone, SPO2, spo2)
+    def noise(sd: float, mask: np.ndarray | None = None) -> np.ndarray:
+        return rng.normal(0, sd, n if mask is None else int(np.count_nonzero(mask)))
+
+    hr = np.clip(st.base["hr"][s] + 10 * shock_now + noise(6), 35, 190).round()
+    sbp = np.clip(st.base["sbp"][s] - 22 * shock_now + noise(9), 60, 230)
+    dbp = np.clip(np.minimum(st.base["dbp"][s] - 12 * shock_now + noise(6), sbp - 20), 25, 140)
+    rr = np.clip(st.base["rr"][s] + noise(2.5), 6, 50).round()
+    emit(None, HR, hr)
+    emit(None, RR, rr)
+    emit(None, SPO2, np.clip(st.base["spo2"][s] + 1.5 * vent_now + noise(1.3), 82, 100).round())
     art = st.artline[s]
-    nbp_slot = ~art | (hod % 4 == 0)
     emit(art, ABPS, sbp.round())
     emit(art, ABPD, dbp.round())
-    emit(art, ABPM, mbp.round())
-    nsbp = np.clip(sbp + rng.normal(0, 4, n), 60, 230).round()
-    ndbp = np.clip(dbp + rng.normal(0, 3, n), 25, 140).round()
-    emit(nbp_slot, NBPS, nsbp)
-    emit(nbp_slot, NBPD, ndbp)
-    emit(nbp_slot, NBPM, ((nsbp + 2 * ndbp) / 3).round())
-    emit(vent_now, RR_TOTAL, np.clip(rr + rng.integers(0, 4, n), 8, 45))
-    emit(vent_now & (hod % 2 == 0), FIO2, np.clip(40 + 5 * np.round(rng.normal(0, 2, n)) + 10 * shock_now, 30, 100))
-    emit(vent_now & (hod % 4 == 0), PEEP, np.array([5.0, 8.0, 10.0, 12.0])[rng.integers(0, 4, n)])
-    # temperature (one unit per item: a stay is charted in °F or in °C)
-    temp_c = np.clip(st.base["temp"][s] + rng.normal(0, 0.3, n), 34.5, 41.5)
-    four = hod % 4 == 0
-    emit(four & ~st.celsius[s], TEMP_F, np.round(temp_c * 9 / 5 + 32, 1))
-    emit(four & st.celsius[s], TEMP_C, np.round(temp_c, 1))
-    # GCS every four hours; intubated patients' verbal score is 1
-    gcs = np.clip(st.base["gcs"][s] - 4 * vent_now + rng.normal(0, 0.7, n), 3, 15)
+    emit(art, ABPM, ((sbp + 2 * dbp) / 3).round())
+    # cuff pressure: hourly without an arterial line, every four hours beside one
+    nbp = hourly & (~art | (hod % 4 == 0))
+    nsbp = np.clip(sbp[nbp] + noise(4, nbp), 60, 230).round()
+    ndbp = np.clip(dbp[nbp] + noise(3, nbp), 25, 140).round()
+    emit(nbp, NBPS, nsbp)
+    emit(nbp, NBPD, ndbp)
+    emit(nbp, NBPM, ((nsbp + 2 * ndbp) / 3).round())
+    # ventilator: measured rate with the vitals, FiO2 hourly, PEEP every two hours
+    emit(vent_now, RR_TOTAL, np.clip(rr[vent_now] + rng.integers(0, 4, int(vent_now.sum())), 8, 45))
+    fio2 = vent_now & hourly
+    emit(fio2, FIO2, np.clip(40 + 5 * np.round(noise(2, fio2)) + 10 * shock_now[fio2], 30, 100))
+    peep = fio2 & (hod % 2 == 0)
+    emit(peep, PEEP, np.array([5.0, 8.0, 10.0, 12.0])[rng.integers(0, 4, int(peep.sum()))])
+    # temperature every four hours, hourly in shock (one unit per item: a stay is charted in °F or in °C)
+    temp = hourly & ((hod % 4 == 0) | shock_now)
+    temp_c = np.clip(st.base["temp"][s[temp]] + noise(0.3, temp), 34.5, 41.5)
+    fahrenheit = ~st.celsius[s[temp]]
+    emit(temp & ~st.celsius[s], TEMP_F, np.round(temp_c[fahrenheit] * 9 / 5 + 32, 1))
+    emit(temp & st.celsius[s], TEMP_C, np.round(temp_c[~fahrenheit], 1))
+    # GCS every four hours, every two while ventilated; intubated patients' verbal score is 1
+    gcs_slot = hourly & ((hod % 4 == 2) | (vent_now & (hod % 2 == 0)))
+    gcs = np.clip(st.base["gcs"][s[gcs_slot]] - 4 * vent_now[gcs_slot] + noise(0.7, gcs_slot), 3, 15)
     eye = np.clip(np.round(1 + (gcs - 3) / 12 * 3), 1, 4)
     motor = np.clip(np.round(1 + (gcs - 3) / 12 * 5 + 0.3), 1, 6)
-    verbal = np.where(vent_now, 1, np.clip(np.round(gcs - eye - motor), 1, 5))
-    gcs_slot = hod % 4 == 2
+    verbal = np.where(vent_now[gcs_slot], 1, np.clip(np.round(gcs - eye - motor), 1, 5))
     emit(gcs_slot, GCS_EYE, eye, eye.astype(np.int64) - 1)
     emit(gcs_slot, GCS_VERBAL, verbal, 4 + verbal.astype(np.int64) - 1)
     emit(gcs_slot, GCS_MOTOR, motor, 9 + motor.astype(np.int64) - 1)
-    # heart rhythm every two hours (text only)
-    af = st.has("atrial_fibrillation")[s]
-    rhythm = np.where(af, 2, np.where(hr > 100, 1, np.where(hr < 55, 3, 0)))
-    emit(hod % 2 == 0, 220048, np.full(n, np.nan), 15 + rhythm)
+    # heart rhythm hourly (text only)
+    af = st.has("atrial_fibrillation")[s[hourly]]
+    hr_h = hr[hourly]
+    rhythm = np.where(af, 2, np.where(hr_h > 100, 1, np.where(hr_h < 55, 3, 0)))
+    emit(hourly, 220048, np.full(rhythm.size, np.nan), 15 + rhythm)
     # glucose: finger sticks every six hours, serum twice a day
-    glucose = np.clip(st.base["glucose"][s] + rng.normal(0, 25, n), 40, 600).round()
-    emit(hod % 6 == 5, GLU_FS, glucose)
-    emit(hod % 12 == 4, GLU_SERUM, np.clip(glucose + rng.normal(0, 8, n), 40, 600).round())
-    # alarm limits every four hours
-    alarm = hod % 4 == 1
+    fs = hourly & (hod % 6 == 5)
+    emit(fs, GLU_FS, np.clip(st.base["glucose"][s[fs]] + noise(25, fs), 40, 600).round())
+    serum = hourly & (hod % 12 == 4)
+    emit(serum, GLU_SERUM, np.clip(st.base["glucose"][s[serum]] + noise(25, serum) + noise(8, serum), 40, 600).round())
+    # alarm limits checked every two hours
+    alarm = hourly & (hod % 2 == 1)
+    n_alarm = int(alarm.sum())
     for itemid, value in ((220046, 120.0), (220047, 50.0), (223751, 160.0), (223752, 90.0), (223769, 100.0),
                           (223770, 90.0), (224161, 35.0), (224162, 8.0)):
-        emit(alarm, itemid, np.full(n, value))
+        emit(alarm, itemid, np.full(n_alarm, value))
     # weights and height
-    k_first = k == 0
-    emit(k_first, ADM_WEIGHT, np.round(st.weight[s], 1))
-    emit(k_first & (rng.random(n) < 0.6), HEIGHT, st.height[s])
-    emit((hod == 4) & (k > 0), DAILY_WEIGHT, np.round(st.weight[s] * (1 + 0.002 * k / 24) + rng.normal(0, 0.6, n), 1))
+    k_first = np.zeros(n, dtype=bool)
+    k_first[np.searchsorted(s, lo + np.flatnonzero(n_ticks > 0))] = True
+    emit(k_first, ADM_WEIGHT, np.round(st.weight[s[k_first]], 1))
+    tall = k_first & (rng.random(n) < 0.6)
+    emit(tall, HEIGHT, st.height[s[tall]])
+    daily = hourly & (hod == 4) & ~k_first
+    hours_in = (t[daily] - first[s[daily]]) / HOUR
+    emit(daily, DAILY_WEIGHT, np.round(st.weight[s[daily]] * (1 + 0.002 * hours_in / 24) + noise(0.6, daily), 1))
 
-    ss = np.concatenate(rows_s)
-    tt = np.concatenate(rows_t)
-    item = np.concatenate(rows_item)
-    val = np.concatenate(rows_val)
-    text = np.concatenate(rows_text)
-    order = np.lexsort((item, tt, ss))
-    ss, tt, item, val, text = ss[order], tt[order], item[order], val[order], text[order]
-    m = ss.size
-    # text and unit columns
-    text_labels = list(GCS_TEXT[GCS_EYE] + GCS_TEXT[GCS_VERBAL] + GCS_TEXT[GCS_MOTOR] + RHYTHMS)
+    # rows in (stay, charttime, itemid) order without a sort: slots are in (stay, time) order, so each
+    # item's rows go to the next free place of their slot, items in itemid order
+    rows.sort(key=lambda r: r[0])
+    item_ids = [r[0] for r in rows]
+    per_slot = np.zeros(n, dtype=np.int64)
+    for _, idx, _, _ in rows:
+        per_slot[idx] += 1
+    m = int(per_slot.sum())
+    place = np.cumsum(per_slot) - per_slot
+    slot = np.empty(m, dtype=np.int64)
+    item_pos = np.empty(m, dtype=np.int32)
+    val = np.empty(m, dtype=np.float64)
+    texts = []
+    for j, (_, idx, values, codes) in enumerate(rows):
+        pos = place[idx]
+        place[idx] += 1
+        slot[pos] = idx
+        item_pos[pos] = j
+        val[pos] = values
+        if codes is not None:
+            texts.append((pos, codes))
+    ss, tt = s[slot], t[slot]
     refs = item_reference()
-    unit_items = sorted(set(item.tolist()))
-    unit_label = [item_unit(refs[i]) if i in refs else _extra_unit(i) for i in unit_items]
-    unit_idx = np.searchsorted(np.array(unit_items), item)
-    decimals = np.array([item_decimals(i) for i in unit_items])[unit_idx]
+    decimals = np.array([item_decimals(i) for i in item_ids], dtype=np.int64)[item_pos]
     store = np.minimum(tt + uniform_int(rng, 0, 40, m) * MINUTE, st.outtime[ss])
+    # value: the text of text items (GCS, rhythm), else the number as charted (integers without decimals)
+    text_labels = list(GCS_TEXT[GCS_EYE] + GCS_TEXT[GCS_VERBAL] + GCS_TEXT[GCS_MOTOR] + RHYTHMS)
+    number, num_labels = number_text(val, decimals)
+    value = np.where(number < 0, number, number + len(text_labels))
+    for pos, codes in texts:
+        value[pos] = codes
+    missing = np.isnan(val)
     return TableData("chartevents", {
-        **_stay_keys(st, ss, tt),
+        "subject_id": ints(st.subject_id[ss]),
+        "hadm_id": ints(st.hadm_id[ss]),
+        "stay_id": ints(st.stay_id[ss]),
+        "caregiver_id": ints(_caregiver(st, s, t)[slot]),
         "charttime": ts(tt),
         "storetime": ts(store),
-        "itemid": ints(item),
-        "text_value": cat(text, text_labels),
-        "valuenum": floats(np.nan_to_num(val), null=np.isnan(val)),
-        "dec": ints(decimals),
-        "valueuom": cat(unit_idx, unit_label),
+        "itemid": ints(np.array(item_ids, dtype=np.int64)[item_pos]),
+        "value": cat(value, text_labels + num_labels),
+        "valuenum": floats(np.where(missing, 0.0, val), null=missing),
+        "valueuom": cat(item_pos, [item_unit(refs[i]) if i in refs else _extra_unit(i) for i in item_ids]),
         "warning": ints(np.zeros(m, dtype=np.int64)),
-    }, exprs={"value": "CASE WHEN text_value IS NOT NULL THEN CAST(text_value AS VARCHAR) "
-                       "WHEN dec = 0 THEN CAST(CAST(valuenum AS BIGINT) AS VARCHAR) "
-                       "ELSE CAST(valuenum AS VARCHAR) END"})
+    })
 
 
 def _extra_unit(itemid: int) -> str | None:
@@ -397,7 +446,7 @@ def inputevents(rng: np.random.Generator, st: Stays) -> tuple[TableData, TableDa
     # linkorderid: the orderid of the first segment of the same (stay, infusion) run
     run = np.cumsum(first) - 1
     link = orderid[np.flatnonzero(first)][run]
-    order = np.lexsort((inf, start, s))
+    order = lexorder((inf, start, s))
     s, inf, start, end, amount, rate, last, orderid, link = (x[order] for x in (s, inf, start, end, amount, rate,
                                                                                   last, orderid, link))
     store = np.minimum(end + uniform_int(rng, 0, 30, n) * MINUTE, st.outtime[s])
@@ -439,7 +488,7 @@ def inputevents(rng: np.random.Generator, st: Stays) -> tuple[TableData, TableDa
     ing_amount = np.concatenate([water, np.round(water[dextrose] * 0.17, 4)])
     hours = np.maximum((end - start) / HOUR, 1 / 60)
     ing_rate = np.where(ing_item == 220490, np.round(water[ing_idx] / hours[ing_idx], 4), np.nan)
-    o = np.lexsort((ing_item, start[ing_idx], s[ing_idx]))
+    o = lexorder((ing_item, start[ing_idx], s[ing_idx]))
     ing_idx, ing_item, ing_amount, ing_rate = ing_idx[o], ing_item[o], ing_amount[o], ing_rate[o]
     is_water = ing_item == 220490
     ingredients = TableData("ingredientevents", {
@@ -536,7 +585,7 @@ def procedures(rng: np.random.Generator, st: Stays) -> tuple[TableData, TableDat
     item = np.concatenate([np.full(int(r[1].sum()), r[0]) for r in rules])
     start = np.concatenate([r[2][r[1]] for r in rules])
     end = np.concatenate([r[3][r[1]] for r in rules])
-    order = np.lexsort((item, start, s))
+    order = lexorder((item, start, s))
     s, item, start, end = s[order], item[order], start[order], end[order]
     n = s.size
     item_keys = sorted(PROCEDURE_ITEMS)
@@ -590,7 +639,7 @@ def procedures(rng: np.random.Generator, st: Stays) -> tuple[TableData, TableDat
     d_value = np.concatenate([lstart[j], np.maximum(chart[dressing] - uniform_int(rng, 0, 180, int(dressing.sum()))
                                                     * MINUTE, lstart[j][dressing])])
     d_value = d_value - d_value % MINUTE
-    o = np.lexsort((d_item, d_chart, d_s))
+    o = lexorder((d_item, d_chart, d_s))
     d_s, d_item, d_chart, d_value = d_s[o], d_item[o], d_chart[o], d_value[o]
     nd = d_s.size
     dtev = TableData("datetimeevents", {
@@ -635,8 +684,16 @@ def d_items_table() -> TableData:
     })
 
 
-def generate(rng: np.random.Generator, c: Cohort) -> list[TableData]:
+CHART_CHUNK_STAYS = 1000
+"""chartevents is generated and written in chunks of this many stays (fixed, so the data never depend on
+the machine): bounded memory for big cohorts, and DuckDB writes one chunk while numpy makes the next."""
+
+
+def generate(rng: np.random.Generator, c: Cohort, chart_rng: np.random.Generator) -> Iterator[TableData]:
+    """The ICU tables; chartevents (from its own stream ``chart_rng``) comes in chunks of stays."""
     st = _stays(rng, c)
+    for lo in range(0, max(st.adm.size, 1), CHART_CHUNK_STAYS):  # an empty table when there is no stay
+        yield chartevents(chart_rng, st, lo, min(lo + CHART_CHUNK_STAYS, st.adm.size))
     inputs, ingredients = inputevents(rng, st)
     proc, dtev = procedures(rng, st)
-    return [d_items_table(), chartevents(rng, st), inputs, ingredients, outputevents(rng, st), proc, dtev]
+    yield from (d_items_table(), inputs, ingredients, outputevents(rng, st), proc, dtev)

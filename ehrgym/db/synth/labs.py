@@ -12,10 +12,10 @@ import numpy as np
 
 from ehrgym.db.items import ItemRef, items_for_table
 from ehrgym.db.synth import conditions as C
-from ehrgym.db.synth.common import DAY, HOUR, MINUTE, expand, floor_to, uniform_int
+from ehrgym.db.synth.common import DAY, HOUR, MINUTE, expand, floor_to, lexorder, uniform_int
 from ehrgym.db.synth.conditions import CONDITION_KEYS, CONDITIONS
 from ehrgym.db.synth.timeline import Cohort
-from ehrgym.db.synth.writer import TableData, cat, floats, ints, ts
+from ehrgym.db.synth.writer import TableData, cat, floats, ints, number_text, ts
 from ehrgym.errors import SchemaError
 
 # itemid -> (decimals, reference-range lower, reference-range upper)
@@ -155,7 +155,7 @@ def _draw_times(rng: np.random.Generator, c: Cohort) -> tuple[np.ndarray, np.nda
     kind = np.concatenate(k_parts)
     keep = (t >= c.admittime[adm]) & (t <= c.dischtime[adm] - 2 * HOUR)
     adm, t, kind = adm[keep], t[keep], kind[keep]
-    order = np.lexsort((t, adm))
+    order = lexorder((t, adm))
     adm, t, kind = adm[order], t[order], kind[order]
     close = np.zeros(adm.size, dtype=bool)
     close[1:] = (adm[1:] == adm[:-1]) & (t[1:] - t[:-1] < 30 * MINUTE)
@@ -218,7 +218,7 @@ def generate(rng: np.random.Generator, c: Cohort) -> tuple[TableData, TableData,
     val = np.concatenate(out_val)
     knd = np.concatenate(out_kind)
     spec = np.concatenate(out_spec)
-    order = np.lexsort((item, tt, a))
+    order = lexorder((item, tt, a))
     a, tt, item, val, knd, spec = a[order], tt[order], item[order], val[order], knd[order], spec[order]
     n = a.size
 
@@ -249,15 +249,14 @@ def generate(rng: np.random.Generator, c: Cohort) -> tuple[TableData, TableData,
         "order_provider_id": cat(provider, c.providers),
         "charttime": ts(tt),
         "storetime": ts(storetime),
+        "value": cat(*number_text(val, decimals)),
         "valuenum": floats(val),
-        "dec": ints(decimals),
         "valueuom": cat(item_pos, units),
         "ref_range_lower": floats(ref_lo),
         "ref_range_upper": floats(ref_hi),
         "flag": cat(np.where(abnormal, 0, -1), ["abnormal"]),
         "priority": cat(knd, PRIORITY),
-    }, exprs={"value": "CASE WHEN dec = 0 THEN CAST(CAST(valuenum AS BIGINT) AS VARCHAR) "
-                       "ELSE CAST(valuenum AS VARCHAR) END"})
+    })
     d_lab = TableData("d_labitems", {
         "itemid": ints(item_ids),
         "label": cat(np.arange(len(refs)), [r.label for r in refs]),

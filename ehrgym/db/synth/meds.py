@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ehrgym.db.synth.common import DAY, HOUR, MINUTE, NAT, ceil_to, expand, rank_within, uniform_int
+from ehrgym.db.synth.common import DAY, HOUR, MINUTE, NAT, ceil_to, expand, lexorder, rank_within, uniform_int
 from ehrgym.db.synth.conditions import CONDITION_KEYS, CONDITIONS
 from ehrgym.db.synth.timeline import Cohort
 from ehrgym.db.synth.writer import TableData, cat, const, floats, ints, ts
@@ -215,7 +215,7 @@ def plan(rng: np.random.Generator, c: Cohort) -> MedPlan:
     last = np.ones(parent.size, dtype=bool)
     last[:-1] = parent[1:] != parent[:-1]
     a = adm[parent]
-    order = np.lexsort((med[parent], o_start, a))
+    order = lexorder((med[parent], o_start, a))
     a, md, o_start, o_stop, last = a[order], med[parent][order], o_start[order], o_stop[order], last[order]
     pharmacy_id = rng.permutation(np.arange(a.size)) * 11 + 10_000_000 + rng.integers(0, 11, a.size)
     provider = rng.integers(0, len(c.providers), a.size)
@@ -319,7 +319,7 @@ def generate(rng: np.random.Generator, c: Cohort, p: MedPlan, poe_seq: np.ndarra
     o, scheduled, chart, event = _administrations(rng, p)
     store = np.minimum(chart + uniform_int(rng, 0, 15, o.size) * MINUTE, c.dischtime[p.adm[o]])
     e_subj = subj[o]
-    order = np.lexsort((p.med[o], chart, e_subj))
+    order = lexorder((p.med[o], chart, e_subj))
     o, scheduled, chart, event, store, e_subj = (o[order], scheduled[order], chart[order], event[order],
                                                  store[order], e_subj[order])
     emar_seq = rank_within(e_subj) + 1

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ehrgym.db.synth.common import DAY, HOUR, MINUTE, expand, floor_to, pick_rows, uniform_int
+from ehrgym.db.synth.common import DAY, HOUR, MINUTE, expand, floor_to, lexorder, pick_rows, uniform_int
 from ehrgym.db.synth.conditions import CONDITIONS
 from ehrgym.db.synth.timeline import Cohort
 from ehrgym.db.synth.writer import TableData, cat, floats, ints, ts
@@ -123,7 +123,7 @@ def _specimens(rng: np.random.Generator, c: Cohort):
     grows = np.concatenate([p[3] for p in parts])
     org = np.concatenate([p[4] for p in parts])
     t = np.minimum(t, c.dischtime[adm] - MINUTE)
-    order = np.lexsort((spec, t, adm))
+    order = lexorder((spec, t, adm))
     return adm[order], spec[order], t[order], grows[order], org[order]
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ehrgym.db.synth import dictionaries as D
-from ehrgym.db.synth.common import DAY, HOUR, MINUTE, NAT, expand, rank_within, uniform_int
+from ehrgym.db.synth.common import DAY, HOUR, MINUTE, NAT, expand, lexorder, rank_within, uniform_int
 from ehrgym.db.synth.meds import MedPlan
 from ehrgym.db.synth.timeline import Cohort
 from ehrgym.db.synth.writer import TableData, cat, ints, ts
@@ -90,7 +90,7 @@ def generate(rng: np.random.Generator, c: Cohort, plan: MedPlan, lab_draws: tupl
     kind = np.concatenate(kind_p)
     origin = np.concatenate(origin_p)
     subj = c.subject_id[c.pat[adm]]
-    order = np.lexsort((origin, kind, t, subj))
+    order = lexorder((origin, kind, t, subj))
     adm, t, kind, origin, subj = adm[order], t[order], kind[order], origin[order], subj[order]
     seq = rank_within(subj) + 1
     med_seq = np.zeros(plan.adm.size, dtype=np.int64)
@@ -148,7 +148,7 @@ def generate(rng: np.random.Generator, c: Cohort, plan: MedPlan, lab_draws: tupl
     rows = np.concatenate(d_row)
     f = np.concatenate(d_field)
     v = np.concatenate(d_value)
-    o = np.lexsort((f, rows))
+    o = lexorder((f, rows))
     rows, f, v = rows[o], f[o], v[o]
     poe_detail = TableData("poe_detail", {
         "poe_seq": ints(seq[rows]),

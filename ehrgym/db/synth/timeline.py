@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ehrgym.db.synth import dictionaries as D
-from ehrgym.db.synth.common import DAY, MINUTE, NAT, expand, pick, rank_within, sigmoid, uniform_int, year_start
+from ehrgym.db.synth.common import (DAY, MINUTE, NAT, expand, lexorder, pick, rank_within, sigmoid, uniform_int,
+                                    year_start)
 from ehrgym.db.synth.conditions import CONDITION_KEYS, CONDITIONS
 from ehrgym.db.synth.writer import TableData, cat, dates, floats, ints, ts
 
@@ -371,7 +372,7 @@ def services_table(c: Cohort) -> TableData:
     time = np.concatenate([c.admittime, ward2_start[second]])
     prev = np.concatenate([np.full(m, -1), c.service1[second]])
     curr = np.concatenate([c.service1, c.service2[second]])
-    order = np.lexsort((time, adm))
+    order = lexorder((time, adm))
     adm, time, prev, curr = adm[order], time[order], prev[order], curr[order]
     return TableData("services", {
         "subject_id": ints(c.subject_id[c.pat[adm]]),
