@@ -432,3 +432,10 @@ def test_a_warm_shape_cache_still_refuses_every_attack() -> None:
     assert gate._shapes and not gate._cache
     gate.clear_cache()
     assert not gate._shapes
+
+
+def test_shape_cache_does_not_bypass_the_length_limit() -> None:
+    gate = SqlGate(max_query_chars=200)
+    gate.check("SELECT 'short' FROM labevents")
+    with pytest.raises(GateRejection, match="longer than 200"):
+        gate.check("SELECT '" + "x" * 300 + "' FROM labevents")

@@ -262,11 +262,12 @@ class SqlGate:
     of the text, so a repeated query costs a dictionary lookup. In mode ``tokens`` admissions are
     also cached by *shape*: DuckDB's tokens of the text with every string and number literal
     replaced by a marker. A text of a known shape is DuckDB's reading of an admitted query with
-    other literal values, which cannot change what it reads: names come from words, never from
-    literals (a string in table position, ``FROM 'file'``, is refused, so never cached), and every
-    function that interprets a string as a name, a path or SQL (``query``, ``read_csv``,
-    ``getvariable``, ``current_setting``, …) is outside the allow-list. Rewritten queries
-    (``information_schema``) and refusals are cached by exact text only.
+    other literal values, and no check of either layer looks inside a literal: names come from
+    words (a string in table position, ``FROM 'file'``, is refused, so never cached) and every
+    function that reads a string as a name, a path or SQL (``query``, ``read_csv``,
+    ``getvariable``, ``current_setting``, …) is outside the allow-list. The length limit applies
+    before the lookup; rewritten queries (``information_schema``) and refusals are cached by
+    exact text only.
     """
 
     cache_size: int = 4096
@@ -296,7 +297,9 @@ class SqlGate:
             if hit is not None:
                 self._cache.move_to_end(query)
         if hit is None:
-            code, shape = _lex(query) if self.duckdb_check == "tokens" else (None, None)
+            code, shape = (None, None)
+            if self.duckdb_check == "tokens" and isinstance(query, str) and len(query) <= self.max_query_chars:
+                code, shape = _lex(query)
             if shape is not None:
                 with self._lock:
                     known = self._shapes.get(shape)
