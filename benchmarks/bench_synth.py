@@ -9,8 +9,8 @@ no DuckDB), hence DuckDB's share, the size of the big database on disk and the p
 
 It also prints the chartevents volume of the big database per patient and per ICU stay (MIMIC-IV v3.1:
 about 1,190 and 4,600). ``--tables`` adds a per-table profile of one sequential build of the big size
-(no prefetch thread): generation and insert CPU seconds per table, the commits, the content hash and the
-final checkpoint.
+(no prefetch thread): generation and insert CPU seconds per table, the content hash and the final
+checkpoint.
 
 The load average is printed at start and end: on a shared machine wall time mostly measures the
 other processes; rows per CPU-second is the load-independent figure (contention still inflates it
@@ -28,12 +28,14 @@ import resource
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 
 from ehrgym.db.synth import build_synthetic_database, generate_tables
+from ehrgym.db.synth.writer import TableData
 
 TARGET_ROWS_PER_S = 2e6
 
@@ -70,42 +72,31 @@ def _chart_density(path: Path) -> str:
 
 
 def _table_profile(path: Path, patients: int, seed: int) -> None:
-    """One sequential build: CPU seconds of generation and insert per table, commits, hash, checkpoint."""
+    """One sequential build: CPU seconds of generation and of insert (its commits included) per table,
+    then the content hash and the final checkpoint."""
     from ehrgym.db.connect import content_hash
-    from ehrgym.db.schema import create_mimic_schema
-    from ehrgym.db.synth.build import COMMIT_ROWS
-    from ehrgym.db.synth.writer import insert
+    from ehrgym.db.synth.build import write_tables
+
+    per_table: dict[str, list[float]] = {}  # name -> [rows, generation cpu, insert cpu]
+    clock = [time.process_time()]
+
+    def timed_generation() -> Iterator[TableData]:
+        for data in generate_tables(patients, seed):
+            now = time.process_time()
+            per_table.setdefault(data.name, [0, 0.0, 0.0])[1] += now - clock[0]
+            clock[0] = now
+            yield data
+            clock[0] = time.process_time()  # the consumer's insert is not generation
+
+    def inserted(data: TableData, _: bool) -> None:
+        entry = per_table[data.name]
+        entry[0] += data.num_rows
+        entry[2] += time.process_time() - clock[0]
 
     path.unlink(missing_ok=True)
     con = duckdb.connect(str(path))
     con.execute("SET enable_progress_bar = false")
-    con.execute("BEGIN TRANSACTION")
-    create_mimic_schema(con)
-    per_table: dict[str, list[float]] = {}  # name -> [rows, generation cpu, insert cpu]
-    commits = pending = 0.0
-    tables = generate_tables(patients, seed)
-    while True:
-        cpu = time.process_time()
-        data = next(tables, None)
-        gen = time.process_time() - cpu
-        if data is None:
-            break
-        cpu = time.process_time()
-        rows = insert(con, data)
-        entry = per_table.setdefault(data.name, [0, 0.0, 0.0])
-        entry[0] += rows
-        entry[1] += gen
-        entry[2] += time.process_time() - cpu
-        pending += rows
-        if pending >= COMMIT_ROWS:
-            cpu = time.process_time()
-            con.execute("COMMIT")
-            con.execute("BEGIN TRANSACTION")
-            commits += time.process_time() - cpu
-            pending = 0
-    cpu = time.process_time()
-    con.execute("COMMIT")
-    commits += time.process_time() - cpu
+    write_tables(con, timed_generation(), inserted)
     cpu = time.process_time()
     content_hash(con)
     hashing = time.process_time() - cpu
@@ -121,8 +112,8 @@ def _table_profile(path: Path, patients: int, seed: int) -> None:
                   f"({rows / max(ins, 1e-9) / 1e6:5.2f} M rows/insert-cpu-s)")
     total_gen = sum(v[1] for v in per_table.values())
     total_ins = sum(v[2] for v in per_table.values())
-    print(f"  total: generation {total_gen:.2f}  insert {total_ins:.2f}  commits {commits:.2f}  "
-          f"content_hash {hashing:.2f}  checkpoint {checkpoint:.2f}")
+    print(f"  total: generation {total_gen:.2f}  insert and commits {total_ins:.2f}  content_hash {hashing:.2f}  "
+          f"checkpoint {checkpoint:.2f}")
 
 
 def _median(samples: list[Sample]) -> Sample:

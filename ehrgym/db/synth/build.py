@@ -133,6 +133,29 @@ def _prefetch(patients: int, seed: int, depth: int = 2) -> Iterator[TableData]:
         worker.join(timeout=5)
 
 
+def write_tables(con: duckdb.DuckDBPyConnection, tables: Iterable[TableData],
+                 on_written: Callable[[TableData, bool], None] | None = None) -> set[str]:
+    """Create the schema and insert ``tables`` (chunks of a table may follow each other) in transactions
+    of about ``COMMIT_ROWS`` rows; ``on_written(data, first chunk of its table)`` follows each insert.
+    Returns the names of the tables written."""
+    con.execute("BEGIN TRANSACTION")
+    create_mimic_schema(con)
+    written: set[str] = set()
+    pending = 0
+    for data in tables:
+        pending += insert(con, data)
+        if pending >= COMMIT_ROWS:
+            con.execute("COMMIT")
+            con.execute("BEGIN TRANSACTION")
+            pending = 0
+        first = data.name not in written
+        written.add(data.name)
+        if on_written is not None:
+            on_written(data, first)
+    con.execute("COMMIT")
+    return written
+
+
 def build_synthetic_database(out: str | Path, patients: int, seed: int, progress: bool = True,
                              overwrite: bool = False) -> dict[str, Any]:
     """Build the synthetic hospital at ``out`` and return its bookkeeping record.
@@ -159,26 +182,18 @@ def build_synthetic_database(out: str | Path, patients: int, seed: int, progress
         con = duckdb.connect(str(tmp))
         try:
             con.execute("SET enable_progress_bar = false")  # the tqdm bar reports progress
-            # Few transactions: one commit (fsync + checkpoint) per COMMIT_ROWS rows instead of one per
-            # statement; a failed build is discarded with its temporary file anyway.
-            con.execute("BEGIN TRANSACTION")
-            create_mimic_schema(con)
+            # Few transactions (write_tables): one commit (fsync + checkpoint) per COMMIT_ROWS rows instead
+            # of one per statement; a failed build is discarded with its temporary file anyway.
             bar = tqdm(total=len(mimic_schema()), desc=f"synth {patients} patients", unit="table",
                        disable=not progress)
-            written: set[str] = set()
-            pending = 0
-            for data in _prefetch(patients, seed):
-                pending += insert(con, data)
-                if pending >= COMMIT_ROWS:
-                    con.execute("COMMIT")
-                    con.execute("BEGIN TRANSACTION")
-                    pending = 0
-                if data.name not in written:  # a big table may come in several chunks
-                    written.add(data.name)
+
+            def advance(data: TableData, first_chunk: bool) -> None:
+                if first_chunk:
                     bar.update(1)
                 bar.set_postfix_str(data.name)
+
+            written = write_tables(con, _prefetch(patients, seed), advance)
             bar.close()
-            con.execute("COMMIT")
             missing = sorted(set(mimic_schema()) - written)
             if missing:
                 raise DatabaseError(f"synthetic generator produced no data for {missing} (internal error)")

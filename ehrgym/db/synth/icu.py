@@ -283,27 +283,16 @@ def chartevents(rng: np.random.Generator, st: Stays, lo: int = 0, hi: int | None
     hours_in = (t[daily] - first[s[daily]]) / HOUR
     emit(daily, DAILY_WEIGHT, np.round(st.weight[s[daily]] * (1 + 0.002 * hours_in / 24) + noise(0.6, daily), 1))
 
-    # rows in (stay, charttime, itemid) order without a sort: slots are in (stay, time) order, so each
-    # item's rows go to the next free place of their slot, items in itemid order
+    # rows in (stay, charttime, itemid) order: slots are in (stay, charttime) order, items sorted by id
     rows.sort(key=lambda r: r[0])
     item_ids = [r[0] for r in rows]
-    per_slot = np.zeros(n, dtype=np.int64)
-    for _, idx, _, _ in rows:
-        per_slot[idx] += 1
-    m = int(per_slot.sum())
-    place = np.cumsum(per_slot) - per_slot
-    slot = np.empty(m, dtype=np.int64)
-    item_pos = np.empty(m, dtype=np.int32)
-    val = np.empty(m, dtype=np.float64)
-    texts = []
-    for j, (_, idx, values, codes) in enumerate(rows):
-        pos = place[idx]
-        place[idx] += 1
-        slot[pos] = idx
-        item_pos[pos] = j
-        val[pos] = values
-        if codes is not None:
-            texts.append((pos, codes))
+    slot = np.concatenate([idx for _, idx, _, _ in rows])
+    item_pos = np.concatenate([np.full(idx.size, j, dtype=np.int32) for j, (_, idx, _, _) in enumerate(rows)])
+    val = np.concatenate([values for _, _, values, _ in rows]).astype(np.float64, copy=False)
+    text = np.concatenate([np.full(idx.size, -1) if codes is None else codes for _, idx, _, codes in rows])
+    order = lexorder((item_pos, slot))
+    slot, item_pos, val, text = slot[order], item_pos[order], val[order], text[order]
+    m = slot.size
     ss, tt = s[slot], t[slot]
     refs = item_reference()
     decimals = np.array([item_decimals(i) for i in item_ids], dtype=np.int64)[item_pos]
@@ -311,9 +300,7 @@ def chartevents(rng: np.random.Generator, st: Stays, lo: int = 0, hi: int | None
     # value: the text of text items (GCS, rhythm), else the number as charted (integers without decimals)
     text_labels = list(GCS_TEXT[GCS_EYE] + GCS_TEXT[GCS_VERBAL] + GCS_TEXT[GCS_MOTOR] + RHYTHMS)
     number, num_labels = number_text(val, decimals)
-    value = np.where(number < 0, number, number + len(text_labels))
-    for pos, codes in texts:
-        value[pos] = codes
+    value = np.where(text >= 0, text, np.where(number < 0, number, number + len(text_labels)))
     missing = np.isnan(val)
     return TableData("chartevents", {
         "subject_id": ints(st.subject_id[ss]),
