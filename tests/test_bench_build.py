@@ -186,6 +186,24 @@ def test_malformed_benchmarks_are_rejected_clearly(small, tmp_path):
         load_benchmark(d)
 
 
+@pytest.mark.parametrize("name", ["tasks.parquet", "card.json", "card.md"])
+def test_every_served_file_is_checked_against_the_manifest(small, tmp_path, name):
+    from ehrgym.cli import cli
+
+    d = _copy(small.out, tmp_path / "edited")
+    (d / name).write_bytes((d / name).read_bytes() + b"\n")
+    with pytest.raises(BenchmarkError, match=f"{name} does not match its manifest"):
+        load_benchmark(d)
+    assert len(load_benchmark(d, verify_hash=False)) == len(small.tasks)
+    res = CliRunner().invoke(cli, ["bench", "show", str(d), small.tasks[0].pair_id])
+    assert res.exit_code != 0 and "modified after the build" in str(res.exception)
+    res = CliRunner().invoke(cli, ["bench", "show", "--no-verify-hash", str(d), small.tasks[0].pair_id])
+    assert res.exit_code == 0, res.output
+    (d / name).unlink()
+    with pytest.raises(BenchmarkError, match=f"{name} is listed in manifest.json but missing"):
+        load_benchmark(d)
+
+
 def test_cli_card_show_and_errors(small, tmp_path):
     from ehrgym.cli import cli
 

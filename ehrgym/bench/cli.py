@@ -33,11 +33,12 @@ def build(db: Path, config: str, seed: int, out: Path, quiet: bool) -> None:
 @group.command("card")
 @click.argument("path", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print card.json instead of card.md.")
-def card(path: Path, as_json: bool) -> None:
+@click.option("--no-verify-hash", is_flag=True, help="Load even if a file differs from manifest.json (edited by hand).")
+def card(path: Path, as_json: bool, no_verify_hash: bool) -> None:
     """Print the dataset card of a built benchmark."""
     from ehrgym.bench.dataset import load_benchmark
 
-    bench = load_benchmark(path)
+    bench = load_benchmark(path, verify_hash=not no_verify_hash)
     if as_json:
         click.echo(json.dumps(bench.card, indent=2, sort_keys=True))
     else:
@@ -48,12 +49,13 @@ def card(path: Path, as_json: bool) -> None:
 @group.command("show")
 @click.argument("path", type=click.Path(file_okay=False, path_type=Path))
 @click.argument("task_or_pair_id")
-def show(path: Path, task_or_pair_id: str) -> None:
+@click.option("--no-verify-hash", is_flag=True, help="Load even if a file differs from manifest.json (edited by hand).")
+def show(path: Path, task_or_pair_id: str, no_verify_hash: bool) -> None:
     """Show a task, or both tasks of a pair: question, expected outcome, noise and SQL."""
     from ehrgym.bench.dataset import load_benchmark
     from ehrgym.errors import BenchmarkError
 
-    bench = load_benchmark(path)
+    bench = load_benchmark(path, verify_hash=not no_verify_hash)
     tasks = [t for t in bench.tasks if t.task_id == task_or_pair_id or t.pair_id == task_or_pair_id]
     if not tasks:
         raise BenchmarkError(f"no task or pair {task_or_pair_id!r} in {path}; ids look like "

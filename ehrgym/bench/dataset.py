@@ -192,17 +192,32 @@ def load_benchmark(path: str | Path, verify_hash: bool = True) -> Benchmark:
     if manifest["format_version"] != 1:
         raise BenchmarkError(f"benchmark format {manifest['format_version']} is not supported by this kit (1)")
     if verify_hash:
-        actual = sha256_file(tasks_path)
-        if actual != manifest["content_hash"]:
-            raise BenchmarkError(f"{tasks_path} does not match its manifest (sha256 {actual[:12]}… ≠ "
-                                 f"{str(manifest['content_hash'])[:12]}…): the file was modified after the build; "
-                                 f"rebuild, or load with verify_hash=False")
+        _verify_files(path, manifest)
     tasks = load_tasks_jsonl(tasks_path)
     _validate_pairs(tasks, tasks_path)
     card = {}
     if (path / "card.json").exists():
-        card = json.loads((path / "card.json").read_text(encoding="utf-8"))
+        try:
+            card = json.loads((path / "card.json").read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise BenchmarkError(f"{path / 'card.json'} is not valid JSON ({exc.msg}); rebuild the benchmark") from exc
     return Benchmark(path, tasks, manifest, card)
+
+
+def _verify_files(path: Path, manifest: dict[str, Any]) -> None:
+    """Every file the manifest lists must be present and unchanged since the build."""
+    expected = dict(manifest.get("file_sha256") or {})
+    expected.setdefault("tasks.jsonl", manifest["content_hash"])
+    for name, digest in sorted(expected.items()):
+        file = path / name
+        if not file.exists():
+            raise BenchmarkError(f"{path} is not a complete benchmark: {name} is listed in manifest.json but missing; "
+                                 f"rebuild it with `ehrgym bench build`")
+        actual = sha256_file(file)
+        if actual != digest:
+            raise BenchmarkError(f"{file} does not match its manifest (sha256 {actual[:12]}… ≠ {str(digest)[:12]}…): "
+                                 f"the file was modified after the build; rebuild, or load with verify_hash=False "
+                                 f"(`--no-verify-hash` on the command line)")
 
 
 def _validate_pairs(tasks: list[Task], where: Path) -> None:
