@@ -95,3 +95,21 @@ def test_run_config_roundtrip(tmp_path: Path) -> None:
     (tmp_path / "run.json").write_text("{nope")
     with pytest.raises(RunStoreError, match="not valid JSON"):
         read_run_config(tmp_path)
+
+
+def test_malformed_episode_record_is_a_results_error_naming_the_missing_fields():
+    from ehrgym.errors import ResultsError
+    from ehrgym.eval.records import EpisodeRecord
+
+    with pytest.raises(ResultsError, match="missing: .*task_id"):
+        EpisodeRecord.from_dict({"trial": 0})
+
+
+def test_select_tasks_limits_pairs_in_order_of_first_appearance():
+    from types import SimpleNamespace
+
+    from ehrgym.eval.runner import select_tasks
+
+    tasks = [SimpleNamespace(task_id=f"t{i}", pair_id=f"p{i // 2}") for i in range(20_000)]
+    kept = select_tasks(tasks[::-1], limit_pairs=3)
+    assert [t.pair_id for t in kept] == ["p9999", "p9999", "p9998", "p9998", "p9997", "p9997"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
-from ehrgym.errors import TaskFormatError
+from ehrgym.errors import ResultsError
 
 RECORD_VERSION = 1
 
@@ -71,4 +71,4 @@ class EpisodeRecord:
         try:
             return cls(**{k: v for k, v in data.items() if k in names})
         except TypeError as exc:
-            raise TaskFormatError(f"malformed episode record ({exc}); missing: {missing}") from exc
+            raise ResultsError(f"malformed episode record ({exc}); missing: {missing}") from exc

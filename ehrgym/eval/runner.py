@@ -301,11 +301,8 @@ def select_tasks(tasks: Sequence[Any], task_filter: TaskFilter = None, limit_pai
             raise BenchmarkError(f"unknown task ids {sorted(unknown)[:5]}; list ids with `ehrgym bench show`")
         kept = [t for t in tasks if t.task_id in ids]
     if limit_pairs is not None:
-        pairs: list[str] = []
-        for t in kept:
-            if t.pair_id not in pairs:
-                pairs.append(t.pair_id)
-        allowed = set(pairs[:limit_pairs])
+        first_pairs = list(dict.fromkeys(t.pair_id for t in kept))  # pair ids in order of first appearance
+        allowed = set(first_pairs[:limit_pairs])
         kept = [t for t in kept if t.pair_id in allowed]
     return kept
 
