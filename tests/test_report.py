@@ -163,3 +163,33 @@ def test_cli(tmp_path: Path) -> None:
 def test_latex_escape() -> None:
     assert latex_escape("a_b & 5% #1 {x}") == r"a\_b \& 5\% \#1 \{x\}"
     assert latex_escape("Clean→Noise") == r"Clean$\rightarrow$Noise"
+
+
+def test_run_dependent_latencies_stay_out_of_committed_tables(report) -> None:
+    import subprocess
+
+    root, _, _ = report
+    assert not [c for c in csv(root, "cost").columns if "seconds" in c]
+    assert "wall_seconds_median" in csv(root, "latency").columns
+    repo = Path(__file__).resolve().parents[1]
+    for name in ("tables/latency.csv", "tables/latency.md", "tables/demo/latency.tex"):
+        ignored = subprocess.run(["git", "check-ignore", "-q", name], cwd=repo)
+        assert ignored.returncode == 0, f"{name} must be git-ignored (it changes on every run)"
+
+
+def test_failure_modes_figure_is_normalised_per_agent(report) -> None:
+    import matplotlib.patches
+
+    from ehrgym.report.build import report_data
+
+    root, _, _ = report
+    fig = REPORT_FIGURES["failure_modes"].build(report_data(hand_built_runs(root / "runs2"), n_boot=50))
+    ax = fig.axes[0]
+    ends: dict[float, float] = {}
+    for bar in ax.patches:
+        if isinstance(bar, matplotlib.patches.Rectangle) and bar.get_width() > 0:
+            y = round(bar.get_y(), 6)
+            ends[y] = max(ends.get(y, 0.0), bar.get_x() + bar.get_width())
+    assert ends and all(v == pytest.approx(100.0) for v in ends.values())
+    colors = [tuple(h.get_facecolor()) for h in fig.legends[0].legend_handles]
+    assert len(set(colors)) == len(colors)

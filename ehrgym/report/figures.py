@@ -40,6 +40,15 @@ def palette(n: int) -> list[tuple[float, float, float]]:
     return list(sns.color_palette("colorblind", n_colors=max(n, 1)))
 
 
+def distinct_palette(n: int) -> list[tuple[float, float, float]]:
+    """``n`` clearly different colours: colour-blind safe up to 8, then a 20-colour qualitative map."""
+    if n <= 8:
+        return palette(n)
+    cmap = matplotlib.colormaps["tab20"]
+    order = list(range(0, 20, 2)) + list(range(1, 20, 2))  # saturated hues first, their light twins after
+    return [tuple(cmap(i)[:3]) for i in order[:n]]
+
+
 VARIANT_COLORS = dict(zip(("clean", "noise", "pair"), palette(3)))
 VARIANT_LABELS = {"clean": "Clean", "noise": "Noise", "pair": "Both (pair)"}
 
@@ -299,7 +308,7 @@ def _abstention(d: ReportData) -> Figure | None:
     return fig
 
 
-@report_figure("failure_modes", "Failure modes of failed episodes per agent")
+@report_figure("failure_modes", "Failure modes of failed episodes per agent (share of each agent's failures)")
 def _failure_modes(d: ReportData) -> Figure | None:
     fm = d.summary["failure_modes"]
     fm = fm[fm["variant"].isin(["clean", "noise"])]
@@ -307,27 +316,35 @@ def _failure_modes(d: ReportData) -> Figure | None:
         return None
     modes = [m for m in list(FAILURE_MODES) + ["other"] if m in set(fm["mode"])]
     labels = dict(zip(fm["mode"], fm["label"]))
-    colors = dict(zip(modes, palette(len(modes))))
+    colors = dict(zip(modes, distinct_palette(len(modes))))
     rows = vocab_sort(fm[["system", "variant"]].drop_duplicates(), ["system", "variant"])
+    counts = {m: np.array([int(fm[(fm["system"] == r.system) & (fm["variant"] == r.variant)
+                                  & (fm["mode"] == m)]["count"].sum()) for r in rows.itertuples()])
+              for m in modes}
+    totals = np.sum([counts[m] for m in modes], axis=0)
     with matplotlib.rc_context(STYLE):
-        fig = new_figure(6.4, max(2.4, 0.38 * len(rows) + 1.4))
+        fig = new_figure(6.4, max(2.4, 0.38 * len(rows) + 1.6))
         ax = fig.add_subplot()
         y = np.arange(len(rows))[::-1]
         left = np.zeros(len(rows))
+        # normalised per agent and variant: an agent with thousands of failures would otherwise
+        # reduce every other agent to a sliver
+        share = lambda c: np.divide(100.0 * c, totals, out=np.zeros(len(rows)), where=totals > 0)  # noqa: E731
         for m in modes:
-            counts = np.array([int(fm[(fm["system"] == r.system) & (fm["variant"] == r.variant)
-                                     & (fm["mode"] == m)]["count"].sum()) for r in rows.itertuples()])
-            ax.barh(y, counts, left=left, color=colors[m], label=labels.get(m, m), height=0.7)
-            left += counts
+            part = share(counts[m])
+            ax.barh(y, part, left=left, color=colors[m], label=labels.get(m, m), height=0.7,
+                    edgecolor="white", linewidth=0.4)
+            left += part
         ax.set_yticks(y, [f"{r.system} · {VARIANT_LABELS[r.variant]}" for r in rows.itertuples()])
-        ax.set_xlabel("Failed episodes (count)")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("Share of the failed episodes (%)")
+        ax.set_xlim(0, 112)
+        ax.set_xticks([0, 25, 50, 75, 100])
         ax.grid(axis="x", alpha=0.3)
         ax.grid(axis="y", visible=False)
-        for yy, total in zip(y, left):
-            ax.text(total, yy, f" {int(total)}", va="center", fontsize=7)
-        ax.set_xlim(0, max(left.max() * 1.12, 1))
-        fig.suptitle("Failure modes of failed episodes\n(infrastructure errors excluded)")
+        for yy, total in zip(y, totals):
+            ax.text(101, yy, f" n={int(total)}", va="center", fontsize=7)
+        fig.suptitle("Failure modes of failed episodes\n(share per agent and question type; infrastructure errors "
+                     "excluded)")
         _legend(fig, len(modes), max_cols=3)
     return fig
 
@@ -358,7 +375,7 @@ def _dataset_composition(d: ReportData) -> Figure | None:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(axis="x", alpha=0.3)
         ax.grid(axis="y", visible=False)
-        source = "benchmark tasks.jsonl" if d.dataset_source == "benchmark" else "tasks seen in the runs"
+        source = "whole benchmark" if d.dataset_source == "benchmark" else "questions seen in the runs"
         n_clean = int((ds["variant"] == "clean").sum())
         fig.suptitle(f"Benchmark composition: {len(noisy)} Noise and {n_clean} Clean questions\n"
                      f"Noise questions per level · subtype, by intent ({source})")

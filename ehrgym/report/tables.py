@@ -243,9 +243,21 @@ def _trial_variance(d: ReportData) -> pd.DataFrame:
     return d.summary["trial_variance"]
 
 
-@report_table("cost", "Steps, tokens, cost (USD) and latency (seconds per episode)")
+LATENCY_COLUMNS = ("wall_seconds_mean", "wall_seconds_median", "wall_seconds_p90", "wall_seconds_total")
+
+
+@report_table("cost", "Steps, tokens and cost (USD) per episode")
 def _cost(d: ReportData) -> pd.DataFrame:
-    return d.summary["cost"]
+    cost = d.summary["cost"]
+    return cost.drop(columns=[c for c in LATENCY_COLUMNS if c in cost.columns])
+
+
+# Wall-clock latencies differ on every run: they are written (``latency.*``) but kept out of git
+# (.gitignore), so a rerun of `make reproduce` leaves the committed tables unchanged.
+@report_table("latency", "Latency (seconds per episode; measured, differs between runs)")
+def _latency(d: ReportData) -> pd.DataFrame:
+    cost = d.summary["cost"]
+    return cost[["system", "episodes"] + [c for c in LATENCY_COLUMNS if c in cost.columns]]
 
 
 @report_table("dataset_counts", "Dataset: tasks by intent × level × noise level × subtype")
