@@ -202,8 +202,8 @@ class PipelineConfig:
     workers: int = 2
     mimic_dir: str | None = None
     data: str = "data"
-    tables: str = str(REPO_ROOT / "tables")
-    figures: str = str(REPO_ROOT / "figures")
+    tables: str = ""   # "" → results_dir("tables", source)
+    figures: str = ""  # "" → results_dir("figures", source)
     agents: tuple[str, ...] = BASELINES
     model: str | None = None
     base_url: str | None = None
@@ -216,6 +216,9 @@ class PipelineConfig:
 
     def __post_init__(self) -> None:
         get_source(self.source)
+        for kind in ("tables", "figures"):
+            if not getattr(self, kind):
+                object.__setattr__(self, kind, str(results_dir(kind, self.source)))
         if self.patients < 1:
             raise PipelineError(f"--patients must be at least 1 (got {self.patients})")
         if self.k < 1:
@@ -286,6 +289,13 @@ class PipelineConfig:
                                        "figures_out": str(Path(self.figures).resolve()),
                                        "n_boot": self.n_boot, "seed": self.seed},
         }
+
+
+def results_dir(kind: str, source: str) -> Path:
+    """Where ``make reproduce`` writes tables/figures: the committed synthetic set at the top level,
+    other sources beside it (``tables/demo/``), so a demo or MIMIC run never overwrites it."""
+    root = REPO_ROOT / kind
+    return root if source == "synthetic" else root / source
 
 
 def database_path(source: str, patients: int, seed: int, data: str | Path = "data") -> Path:
@@ -598,8 +608,10 @@ def _cli() -> Any:
     @click.option("--mimic-dir", default=None, help="MIMIC-IV directory (hosp/, icu/) for --source demo|mimic")
     @click.option("--data", default="data", show_default=True, help="where databases, benchmarks, runs and "
                   "executed notebooks go")
-    @click.option("--tables", default=str(REPO_ROOT / "tables"), show_default=True)
-    @click.option("--figures", default=str(REPO_ROOT / "figures"), show_default=True)
+    @click.option("--tables", default="", help="table directory [default: tables/ for synthetic, "
+                  "tables/SOURCE/ otherwise]")
+    @click.option("--figures", default="", help="figure directory [default: figures/ for synthetic, "
+                  "figures/SOURCE/ otherwise]")
     @click.option("--agents", default=",".join(BASELINES), show_default=True, help="comma-separated agents")
     @click.option("--model", default=None, help="chat model (or EHRGYM_MODEL); adds the chat agent")
     @click.option("--base-url", default=None, help="OpenAI-compatible endpoint (or OPENAI_BASE_URL)")

@@ -45,6 +45,16 @@ def test_paths_and_parameters(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert pipeline.runs_path(cfg.bench_dir) == cfg.runs_dir
 
 
+def test_other_sources_never_overwrite_the_committed_synthetic_results(tmp_path: Path) -> None:
+    synthetic = PipelineConfig(data=str(tmp_path))
+    demo = PipelineConfig(source="demo", data=str(tmp_path))
+    assert Path(synthetic.tables) == pipeline.REPO_ROOT / "tables"
+    assert Path(synthetic.figures) == pipeline.REPO_ROOT / "figures"
+    assert Path(demo.tables) == pipeline.REPO_ROOT / "tables" / "demo"
+    assert Path(demo.figures) == pipeline.REPO_ROOT / "figures" / "demo"
+    assert PipelineConfig(source="demo", tables=str(tmp_path / "t")).tables == str(tmp_path / "t")
+
+
 def test_chat_joins_when_an_endpoint_is_configured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     monkeypatch.setenv("EHRGYM_MODEL", "qwen2.5:7b")
