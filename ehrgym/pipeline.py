@@ -272,16 +272,16 @@ class PipelineConfig:
         return {
             "00_build_database": {"source": self.source, "patients": self.patients, "seed": self.seed,
                                   "mimic_dir": str(Path(mimic_dir).resolve()) if mimic_dir else None,
-                                  "db_path": str(self.db_path), "force": self.force, "progress": False},
+                                  "db_path": str(self.db_path), "force": self.force, "progress": self.progress},
             "01_build_benchmark": {"db_path": str(self.db_path), "bench_dir": str(self.bench_dir),
                                    "config": self.config, "seed": self.seed, "force": self.force,
-                                   "progress": False},
+                                   "progress": self.progress},
             "02_run_evaluation": {"db_path": str(self.db_path), "bench_dir": str(self.bench_dir),
                                   "runs_dir": str(self.runs_dir), "agents": self.agent_list, "k": self.k,
                                   "workers": self.workers, "seed": self.seed, "split": self.split,
                                   "limit_pairs": self.limit_pairs,
                                   "model": self.endpoint.get("model"), "base_url": self.endpoint.get("base_url"),
-                                  "progress": False},
+                                  "progress": self.progress},
             "03_robustness_analysis": {"bench_dir": str(self.bench_dir),
                                        "run_dirs": [str(self.runs_dir / run_name(a, self.endpoint.get("model")))
                                                     for a in self.agent_list],
@@ -480,9 +480,15 @@ def execute_notebook(name: str, parameters: dict[str, Any], out_dir: str | Path,
         raise PipelineError(f"notebook {src} does not exist")
     out = Path(out_dir) / f"{name}.ipynb"
     out.parent.mkdir(parents=True, exist_ok=True)
+    # With progress on, the kernel's own output (the stages' tqdm bars, warnings) streams to this
+    # console, so a long cell is never silent; tqdm refreshes at most once a second there.
+    stream: dict[str, Any] = {}
+    if progress:
+        os.environ.setdefault("TQDM_MININTERVAL", "1")
+        stream = {"stdout_file": sys.stdout, "stderr_file": sys.stderr}
     try:
         pm.execute_notebook(str(src), str(out), parameters=parameters, kernel_name=KERNEL_NAME,
-                            cwd=str(cwd or src.parent), progress_bar=progress, log_output=False,
+                            cwd=str(cwd or src.parent), progress_bar=False, log_output=False, **stream,
                             execution_timeout=timeout,
                             # the kernel's start-up notice about local TCP transport is noise in a log
                             extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
@@ -542,7 +548,9 @@ def _outcome(name: str, cfg: PipelineConfig) -> str:
     if name == "01_build_benchmark":
         manifest = _read_json(cfg.bench_dir / "manifest.json") or {}
         pairs = (manifest.get("task_counts") or {}).get("pairs")
-        return f"{pairs if pairs is not None else '?'} Clean–Noise pairs"
+        limits = (_read_json(cfg.bench_dir / "card.json") or {}).get("limitations") or []
+        note = "".join(f"\n    warning: {w}" for w in limits)
+        return f"{pairs if pairs is not None else '?'} Clean–Noise pairs{note}"
     if name == "02_run_evaluation":
         from ehrgym.eval.metrics import load_episodes
 

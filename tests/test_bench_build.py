@@ -138,6 +138,32 @@ def test_build_is_deterministic(synth_db, tmp_path, small):
         a.manifest["content_hash"] != small.manifest["content_hash"]
 
 
+def test_parallel_build_reports_pairs_while_workers_run(synth_db, tmp_path, monkeypatch):
+    """The "pairs" bar advances from the workers' own progress, not only when they finish."""
+    from ehrgym.bench import builder
+
+    seen: list[tuple[int, int]] = []
+    original = builder._run_workers
+
+    class Bar:
+        n = 0
+
+        def refresh(self) -> None:
+            pass
+
+    def recording(jobs, bar=None, poll_seconds=0.25):
+        probe = Bar()
+        results = original(jobs, probe, poll_seconds=0.01)
+        seen.append((probe.n, sum(len(r["drafts"]) for r in results)))
+        return results
+
+    monkeypatch.setattr(builder, "_run_workers", recording)
+    cfg = BuildConfig("tiny", 20, min_candidates=12, workers=2)
+    templates = [t for t in all_templates() if t.intent in ("labs", "encounters")]
+    build_benchmark(synth_db, tmp_path / "p", config=cfg, seed=3, progress=False, templates=templates)
+    assert seen and seen[0][0] == seen[0][1] > 0
+
+
 def test_benchmark_api(small):
     bench = load_benchmark(small.out)
     t = bench.tasks[0]

@@ -27,5 +27,8 @@ def test_demo_build_excludes_natural_noise_and_skips_empty_tables(demo_db, tmp_p
     # the demo copy has no chartevents: those vitals templates are skipped with a warning
     skipped = [w for w in report["warnings"] if "skipped" in w]
     assert any("vitals.max_value_stay" in w for w in skipped)
+    # ... and the card says so, not only the build report
+    assert any("vitals.max_value_stay" in w for w in result.card["limitations"])
+    assert "## Limitations of this build" in (result.out / "card.md").read_text()
     assert {t.intent for t in result.tasks} == {"labs", "vitals", "encounters"}  # outputevents keeps vitals alive
     assert result.manifest["db_source"] == "mimic-iv-demo"

@@ -51,7 +51,9 @@ def build_benchmark(db: str | Path, out: str | Path, config: str | BuildConfig =
             "db_content_hash": bookkeeping.get("content_hash"), "ood_templates": held,
             "distribution": ("even over (intent, level) cells with templates, then over noise levels, subtypes "
                              "and templates; deficits of a slot go to its cell, then to all slots "
-                             "(ehrgym.bench.configs)")}
+                             "(ehrgym.bench.configs)"),
+            # what this database could not support (e.g. a demo copy without icu/chartevents)
+            "limitations": list(builder.stats.warnings)}
     card = make_card(tasks, info)
     stats = builder.stats
     attempts = sum(stats.attempts.values())

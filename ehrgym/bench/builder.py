@@ -252,7 +252,7 @@ class Builder:
         return Draft(t, subtype, dict(c.params), clean, noise)
 
     # ---------------------------------------------------------------- filling slots
-    def _fill(self, slot: _Slot, wanted: int, drafts: list[Draft], bar: tqdm) -> int:
+    def _fill(self, slot: _Slot, wanted: int, drafts: list[Draft], bar: Any) -> int:
         """Try to make ``wanted`` more pairs in ``slot``; returns how many were made."""
         made = 0
         cands = self.candidates.get(slot.template.id, [])
@@ -346,7 +346,7 @@ class Builder:
             if tids:
                 jobs.append([(by_template[tid][0].template, [(s.subtype, s.quota) for s in by_template[tid]],
                               self.candidates.get(tid, [])) for tid in sorted(tids)])
-        results = _run_workers([(str(self.db_path), self.config, self.seed, job) for job in jobs])
+        results = _run_workers([(str(self.db_path), self.config, self.seed, job) for job in jobs], bar)
         index = {(s.template.id, s.subtype): s for s in slots}
         for res in results:
             for key, (made, pointer, failures, exhausted) in res["slots"].items():
@@ -359,53 +359,88 @@ class Builder:
             self.max_ids.update(res["max_ids"])
             self.stats.merge(res["stats"])
             drafts.extend(res["drafts"])
-            bar.update(len(res["drafts"]))
+        bar.n = len(drafts)  # the live count from the workers' progress files, made exact
+        bar.refresh()
 
     def close(self) -> None:
         self.verifier.close()
 
 
-def _run_workers(jobs: list[Any]) -> list[dict[str, Any]]:
-    """Run ``_fill_worker`` on each job in its own ``python -m ehrgym.bench.worker`` process."""
+class _FileProgress:
+    """A worker's progress bar: one byte per verified pair appended to a file the parent polls."""
+
+    def __init__(self, path: str | None) -> None:
+        self.fh = open(path, "ab", buffering=0) if path else None
+
+    def update(self, n: int = 1) -> None:
+        if self.fh is not None and n > 0:
+            self.fh.write(b"." * n)
+
+    def close(self) -> None:
+        if self.fh is not None:
+            self.fh.close()
+
+
+def _run_workers(jobs: list[Any], bar: Any | None = None, poll_seconds: float = 0.25) -> list[dict[str, Any]]:
+    """Run ``_fill_worker`` on each job in its own ``python -m ehrgym.bench.worker`` process.
+
+    While they run, ``bar`` shows the pairs verified so far (each worker appends to a progress file).
+    """
     import os
     import pickle
     import subprocess
     import sys
     import tempfile
+    import time
 
     procs = []
-    for job in jobs:
-        out, err_file = tempfile.TemporaryFile(), tempfile.TemporaryFile()
-        proc = subprocess.Popen([sys.executable, "-m", "ehrgym.bench.worker"], stdin=subprocess.PIPE, stdout=out,
-                                stderr=err_file, env=os.environ.copy())
-        assert proc.stdin is not None
-        proc.stdin.write(pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL))
-        proc.stdin.close()
-        procs.append((proc, out, err_file))
-    results = []
-    for proc, out, err_file in procs:
-        code = proc.wait()
-        err_file.seek(0)
-        err = err_file.read().decode(errors="replace")
-        err_file.close()
-        if code != 0:
-            raise BenchmarkError(f"a build worker failed (exit {proc.returncode}); rerun with workers=1 to see the "
-                                 f"error in-process. Worker stderr:\n{err[-3000:]}")
-        out.seek(0)
-        results.append(pickle.load(out))
-        out.close()
+    with tempfile.TemporaryDirectory(prefix="ehrgym-build-") as tmp:
+        progress_files = [os.path.join(tmp, f"worker{i}.progress") for i in range(len(jobs))]
+        for job, progress_file in zip(jobs, progress_files):
+            out, err_file = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+            proc = subprocess.Popen([sys.executable, "-m", "ehrgym.bench.worker"], stdin=subprocess.PIPE,
+                                    stdout=out, stderr=err_file, env=os.environ.copy())
+            assert proc.stdin is not None
+            proc.stdin.write(pickle.dumps((job, progress_file), protocol=pickle.HIGHEST_PROTOCOL))
+            proc.stdin.close()
+            procs.append((proc, out, err_file))
+        def show_progress() -> None:
+            if bar is not None:
+                done = sum(os.path.getsize(f) for f in progress_files if os.path.exists(f))
+                if done != bar.n:
+                    bar.n = done
+                    bar.refresh()
+
+        while any(proc.poll() is None for proc, _, _ in procs):
+            show_progress()
+            time.sleep(poll_seconds)
+        show_progress()
+        results = []
+        for proc, out, err_file in procs:
+            code = proc.wait()
+            err_file.seek(0)
+            err = err_file.read().decode(errors="replace")
+            err_file.close()
+            if code != 0:
+                raise BenchmarkError(f"a build worker failed (exit {proc.returncode}); rerun with workers=1 to see "
+                                     f"the error in-process. Worker stderr:\n{err[-3000:]}")
+            out.seek(0)
+            results.append(pickle.load(out))
+            out.close()
     return results
 
 
-def _fill_worker(args: tuple[str, BuildConfig, int, list[tuple[Template, list[tuple[str, int]], list[Candidate]]]]
-                 ) -> dict[str, Any]:
+WorkerJob = tuple[str, BuildConfig, int, list[tuple[Template, list[tuple[str, int]], list[Candidate]]]]
+
+
+def _fill_worker(args: tuple[WorkerJob, str | None]) -> dict[str, Any]:
     """Fill the slots of some templates in a separate process (see ``Builder._fill_parallel``)."""
-    db_path, config, seed, job = args
+    (db_path, config, seed, job), progress_file = args
     b = Builder(db_path, config, seed, progress=False, templates=[t for t, _, _ in job])
     b.verifier.con.execute("SET threads = 1")  # as in Builder.run: tie order must not depend on threads
     try:
         drafts: list[Draft] = []
-        bar = tqdm(disable=True)
+        bar = _FileProgress(progress_file)
         states = {}
         for t, subs, cands in job:
             b.candidates[t.id] = cands
@@ -417,6 +452,7 @@ def _fill_worker(args: tuple[str, BuildConfig, int, list[tuple[Template, list[tu
                 "clean_problem": b.clean_problem,
                 "max_ids": b.max_ids, "stats": b.stats}
     finally:
+        bar.close()
         b.close()
 
 

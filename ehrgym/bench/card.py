@@ -95,4 +95,6 @@ def card_markdown(card: dict[str, Any]) -> str:
                 for sub, n in subs.items():
                     lines.append(f"| {intent} | {level} | {nl} | {sub} | {n} |")
     lines += ["", "## Pairs per template", ""] + [f"- `{k}`: {v}" for k, v in card["by_template"].items()]
+    if card.get("limitations"):
+        lines += ["", "## Limitations of this build", ""] + [f"- {w}" for w in card["limitations"]]
     return "\n".join(lines) + "\n"

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-from tqdm.auto import tqdm
+from tqdm import tqdm  # text bars: they also stream through papermill
 
 from ehrgym import __version__
 from ehrgym.db.connect import content_hash, write_meta

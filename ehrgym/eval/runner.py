@@ -344,7 +344,7 @@ class _Progress:
     """tqdm bar (ETA from tqdm) with the running strict success rate on Clean and Noise."""
 
     def __init__(self, total: int, enabled: bool, desc: str) -> None:
-        from tqdm.auto import tqdm
+        from tqdm import tqdm  # text bars: they also stream through papermill
 
         self.bar = tqdm(total=total, disable=not enabled, desc=desc, unit="ep", dynamic_ncols=True)
         self.ok: Counter[str] = Counter()

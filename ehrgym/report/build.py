@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from tqdm.auto import tqdm
+from tqdm import tqdm  # text bars: they also stream through papermill
 
 from ehrgym.errors import EhrGymError
 from ehrgym.eval.metrics import load_episodes, summarize
