@@ -18,12 +18,14 @@ SPLIT ?= test
 MIMIC_DIR ?= ../shared/mimic-iv-demo-2.2
 DATA := data
 
-.PHONY: venv test reproduce llm-smoke bench clean-data
+.PHONY: venv test reproduce llm-smoke bench clean-data lock
 
-$(STAMP): pyproject.toml
+LOCK := requirements/lock.txt
+
+$(STAMP): pyproject.toml $(LOCK)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -c $(LOCK) -e ".[dev]"
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -40,6 +42,10 @@ llm-smoke: $(STAMP)
 
 bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+# re-resolve pyproject.toml's ranges in a fresh venv and pin the result (after changing dependencies)
+lock:
+	PYTHON=$(PYTHON) bash scripts/lock.sh
 
 clean-data:
 	rm -rf $(DATA)/*.duckdb $(DATA)/bench $(DATA)/runs $(DATA)/notebooks
