@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ehrgym.errors import BenchmarkError, DatabaseError, EhrGymError, LoaderError
+from ehrgym.registry import Registry
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
@@ -86,21 +87,16 @@ class DataSource(abc.ABC):
         """Why an existing database with bookkeeping ``meta`` cannot be reused (None: it can)."""
 
 
-SOURCES: dict[str, DataSource] = {}
+# other packages add sources through the entry-point group "ehrgym.data_sources"
+SOURCES: Registry[DataSource] = Registry("data source", error=PipelineError)
 
 
 def register_source(source: DataSource) -> DataSource:
-    if source.name in SOURCES:
-        raise ValueError(f"data source {source.name!r} is registered twice")
-    SOURCES[source.name] = source
-    return source
+    return SOURCES.add(source.name, source)
 
 
 def get_source(name: str) -> DataSource:
-    try:
-        return SOURCES[name]
-    except KeyError:
-        raise PipelineError(f"unknown source {name!r}; choose one of {sorted(SOURCES)}") from None
+    return SOURCES.get(name)
 
 
 @dataclass(frozen=True)

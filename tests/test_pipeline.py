@@ -68,13 +68,13 @@ def test_chat_joins_when_an_endpoint_is_configured(tmp_path: Path, monkeypatch: 
 
 
 def test_invalid_configurations() -> None:
-    with pytest.raises(PipelineError, match="unknown source 'bogus'"):
+    with pytest.raises(PipelineError, match="unknown data source 'bogus'"):
         PipelineConfig(source="bogus")
     with pytest.raises(PipelineError, match="--patients"):
         PipelineConfig(patients=0)
     with pytest.raises(PipelineError, match="--k"):
         PipelineConfig(k=0)
-    with pytest.raises(ValueError, match="registered twice"):
+    with pytest.raises(PipelineError, match="registered twice"):
         pipeline.register_source(pipeline.SyntheticSource("synthetic", "again"))
 
 

@@ -1,18 +1,19 @@
 """The one agent registry: name -> factory (``ehrgym eval run --agent NAME``).
 
-Adding an agent = one module with a class and one ``@register_agent("name")`` line; the module
-is listed in ``_BUILTIN_MODULES`` so it is imported lazily (the LLM and Hugging Face stacks are
-only imported when those agents are used).
+Adding an agent = one module with a class and one ``@register_agent("name")`` line. Built-in
+modules are listed in ``_BUILTIN_MODULES`` and imported lazily; an agent in another package is
+found through the entry-point group ``ehrgym.agents`` (see :mod:`ehrgym.registry`), so
+``ehrgym eval run --agent NAME`` works for it once that package is installed.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from ehrgym.agents.base import Agent, Concurrency, Entitlement
 from ehrgym.errors import AgentError
+from ehrgym.registry import Registry
 
 AgentFactory = Callable[..., Agent]
 
@@ -32,9 +33,8 @@ class AgentEntry:
         return self.factory.entitlement
 
 
-_REGISTRY: dict[str, AgentEntry] = {}
-
-# name -> module that registers it (imported on first use)
+# name -> module that registers it (imported on first use, so the LLM and Hugging Face stacks
+# are only imported when those agents are used)
 _BUILTIN_MODULES: dict[str, str] = {
     "oracle": "ehrgym.agents.oracle",
     "credulous": "ehrgym.agents.credulous",
@@ -44,31 +44,34 @@ _BUILTIN_MODULES: dict[str, str] = {
 }
 
 
+def _entry(name: str, cls: object) -> AgentEntry:
+    if not (isinstance(cls, type) and issubclass(cls, Agent)):
+        raise AgentError(f"agent plugin {name!r} must name an Agent subclass or a module, got {cls!r}")
+    cls.name = name
+    doc = (cls.__doc__ or "").strip().splitlines()
+    return AgentEntry(name, cls, doc[0] if doc else "")
+
+
+# other packages add agents through the entry-point group "ehrgym.agents"
+AGENTS: Registry[AgentEntry] = Registry("agent", builtin_modules=_BUILTIN_MODULES, error=AgentError, adapt=_entry)
+
+
 def register_agent(name: str) -> Callable[[type[Agent]], type[Agent]]:
     """Class decorator: register an :class:`Agent` subclass under ``name``."""
 
     def deco(cls: type[Agent]) -> type[Agent]:
-        if name in _REGISTRY and _REGISTRY[name].factory is not cls:
-            raise ValueError(f"agent name {name!r} is already registered by {_REGISTRY[name].factory}")
-        cls.name = name
-        doc = (cls.__doc__ or "").strip().splitlines()
-        _REGISTRY[name] = AgentEntry(name, cls, doc[0] if doc else "")
+        AGENTS.add(name, _entry(name, cls), same=lambda a, b: a.factory is b.factory)
         return cls
 
     return deco
 
 
 def agent_names() -> list[str]:
-    return sorted(set(_BUILTIN_MODULES) | set(_REGISTRY))
+    return AGENTS.names()
 
 
 def get_agent_entry(name: str) -> AgentEntry:
-    if name not in _REGISTRY and name in _BUILTIN_MODULES:
-        importlib.import_module(_BUILTIN_MODULES[name])
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise AgentError(f"unknown agent {name!r}; choose one of {agent_names()}") from None
+    return AGENTS.get(name)
 
 
 def make_agent(name: str, **kwargs: Any) -> Agent:

@@ -40,6 +40,7 @@ from ehrgym.eval import stats
 from ehrgym.eval.records import TERMINATIONS, EpisodeRecord
 from ehrgym.eval.store import EPISODES_FILE, iter_episode_dicts, read_run_config
 from ehrgym.vocab import INTENTS, LEVELS, NOISE_LEVELS, NOISE_SUBTYPES, SPLITS, VARIANTS
+from ehrgym.registry import Registry
 
 __all__ = [
     "ResultsError", "load_episodes", "summarize", "render_summary", "format_table",
@@ -204,15 +205,13 @@ class SummaryTable:
     percent: tuple[str, ...] = ()   # columns that hold rates (CI columns X_ci_low/X_ci_high follow X)
 
 
-SUMMARY_TABLES: dict[str, SummaryTable] = {}
+SUMMARY_TABLES: Registry[SummaryTable] = Registry("summary table", error=ResultsError)
 
 
 def summary_table(name: str, description: str, percent: Sequence[str] = ()) -> Callable:
     """Register a summary table: ``@summary_table("name", "what it shows", percent=("rate",))``."""
     def deco(fn: Callable[[SummaryContext], pd.DataFrame]) -> Callable[[SummaryContext], pd.DataFrame]:
-        if name in SUMMARY_TABLES:
-            raise ValueError(f"summary table {name!r} is registered twice")
-        SUMMARY_TABLES[name] = SummaryTable(name, description, fn, tuple(percent))
+        SUMMARY_TABLES.add(name, SummaryTable(name, description, fn, tuple(percent)))
         return fn
     return deco
 
@@ -496,15 +495,14 @@ class FailureMode:
     matches: Callable[[pd.DataFrame], pd.Series]
 
 
-FAILURE_MODES: dict[str, FailureMode] = {}
+# checked in registration order: built-in modes first, then plugins ("ehrgym.failure_modes")
+FAILURE_MODES: Registry[FailureMode] = Registry("failure mode", error=ResultsError)
 
 
 def failure_mode(name: str, label: str) -> Callable:
     """Register a failure mode; earlier registrations take precedence."""
     def deco(fn: Callable[[pd.DataFrame], pd.Series]) -> Callable[[pd.DataFrame], pd.Series]:
-        if name in FAILURE_MODES:
-            raise ValueError(f"failure mode {name!r} is registered twice")
-        FAILURE_MODES[name] = FailureMode(name, label, fn)
+        FAILURE_MODES.add(name, FailureMode(name, label, fn))
         return fn
     return deco
 
@@ -687,7 +685,7 @@ def render_summary(tables: dict[str, pd.DataFrame]) -> str:
     names = [n for n in _RENDER_ORDER if n in tables] + [n for n in tables if n not in _RENDER_ORDER]
     for name in names:
         df = tables[name]
-        spec = SUMMARY_TABLES.get(name)
+        spec = SUMMARY_TABLES.get(name, None)
         if name == "failure_modes" and not df.empty:
             df = df[df["count"] > 0]
         shown = format_table(df, spec.percent if spec else ())

@@ -25,6 +25,7 @@ from ehrgym.eval.metrics import FAILURE_MODES
 from ehrgym.report.data import ReportData, vocab_sort
 from ehrgym.report.tables import PASS_K_MAX, pass_k_frame
 from ehrgym.vocab import INTENTS, LEVELS, NOISE_SUBTYPES
+from ehrgym.registry import Registry
 
 DPI = 200
 STYLE = {
@@ -60,15 +61,14 @@ class ReportFigure:
     build: Callable[[ReportData], Figure | None]
 
 
-REPORT_FIGURES: dict[str, ReportFigure] = {}
+# other packages add figures through the entry-point group "ehrgym.report_figures"
+REPORT_FIGURES: Registry[ReportFigure] = Registry("report figure", group="ehrgym.report_figures")
 
 
 def report_figure(name: str, title: str) -> Callable:
     """Register a figure builder under ``name`` (the file stem)."""
     def deco(fn: Callable[[ReportData], Figure | None]) -> Callable[[ReportData], Figure | None]:
-        if name in REPORT_FIGURES:
-            raise ValueError(f"report figure {name!r} is registered twice")
-        REPORT_FIGURES[name] = ReportFigure(name, title, fn)
+        REPORT_FIGURES.add(name, ReportFigure(name, title, fn))
         return fn
     return deco
 

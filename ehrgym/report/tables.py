@@ -22,6 +22,7 @@ import pandas as pd
 from ehrgym.eval.metrics import FAILURE_MODES, RS_PENALTIES, format_table
 from ehrgym.report.data import ReportData, vocab_sort
 from ehrgym.vocab import INTENTS, LEVELS
+from ehrgym.registry import Registry
 
 PASS_K_MAX = 4
 
@@ -34,15 +35,14 @@ class ReportTable:
     percent: tuple[str, ...] = ()
 
 
-REPORT_TABLES: dict[str, ReportTable] = {}
+# other packages add tables through the entry-point group "ehrgym.report_tables"
+REPORT_TABLES: Registry[ReportTable] = Registry("report table", group="ehrgym.report_tables")
 
 
 def report_table(name: str, title: str, percent: Sequence[str] = ()) -> Callable:
     """Register a report table builder under ``name`` (the file stem)."""
     def deco(fn: Callable[[ReportData], pd.DataFrame | None]) -> Callable[[ReportData], pd.DataFrame | None]:
-        if name in REPORT_TABLES:
-            raise ValueError(f"report table {name!r} is registered twice")
-        REPORT_TABLES[name] = ReportTable(name, title, fn, tuple(percent))
+        REPORT_TABLES.add(name, ReportTable(name, title, fn, tuple(percent)))
         return fn
     return deco
 
