@@ -279,7 +279,7 @@ ANTIBIOTIC_AGENTS: tuple[Concept, ...] = (
                     "sulfameth/trimethoprim suspension"), variants=("Bactrim", "TMP-SMX", "co-trimoxazole")),
     Concept("antibiotic", "tobramycin", _ABX, values=("tobramycin sulfate", "tobramycin"), variants=("tobra",)),
     Concept("antibiotic", "vancomycin", _ABX + "; IV, oral and enema forms",
-            values=("vancomycin", "vancomycin oral liquid", "vancomycin enema"), variants=("vanc", "vanco", "vancomicin")),
+            values=("vancomycin", "vancomycin oral liquid", "vancomycin enema"), variants=("vancomicin", "vanco", "vanc")),
 )
 define(*ANTIBIOTIC_AGENTS)
 
