@@ -166,7 +166,7 @@ define(
     Concept("lab", "C-reactive protein", _INF, itemids=(50889,), variants=("CRP", "c reactive protien")),
     Concept("lab", "blood lactate", _BG, itemids=(50813,), restriction="blood", variants=("lactate", "lactic acid", "blood lactat")),
     Concept("lab", "blood gas pH", _BG, itemids=(50820,), restriction="blood (urine pH excluded)",
-            variants=("ABG pH", "blood-gas pH", "blood gas ph")),
+            variants=("ABG pH", "blood-gas pH", "VBG/ABG pH")),
     Concept("lab", "blood gas pCO2", _BG, itemids=(50818,), restriction="blood", variants=("PaCO2", "pCO2", "PCO2")),
     Concept("lab", "blood gas pO2", _BG, itemids=(50821,), restriction="blood", variants=("PaO2", "pO2", "PO2")),
     Concept("lab", "base excess", _BG, itemids=(50802,), restriction="blood", variants=("BE", "base excees")),
