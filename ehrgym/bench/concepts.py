@@ -77,6 +77,9 @@ class Concept:
                 raise BenchmarkError(f"concept {self.name!r}: {text!r} may not contain braces or quotes")
         if self.domain in ("drug", "antibiotic") and any(v != v.lower().strip() for v in self.values):
             raise BenchmarkError(f"drug concept {self.name!r}: spellings must be lower-case and trimmed")
+        same = [v for v in self.variants if v.casefold() == self.name.casefold()]
+        if same:
+            raise BenchmarkError(f"concept {self.name!r}: variants {same} only differ from the name in case")
         if self.itemids and self.primary is None:
             object.__setattr__(self, "primary", self.itemids[0])
 
@@ -182,7 +185,7 @@ define(
     Concept("lab", "neutrophil percentage", _CBC, itemids=(51256,), variants=("neut %", "PMN %", "neutrophils")),
     Concept("lab", "lymphocyte percentage", _CBC, itemids=(51244,), variants=("lymph %", "lymphs")),
     Concept("lab", "band neutrophils", _CBC, itemids=(51144,), variants=("bands", "band count")),
-    Concept("lab", "INR", _COAG, itemids=(51237,), variants=("PT-INR", "inr", "international normalized ratio")),
+    Concept("lab", "INR", _COAG, itemids=(51237,), variants=("PT-INR", "INR(PT)", "international normalized ratio")),
     Concept("lab", "prothrombin time", _COAG, itemids=(51274,), variants=("PT", "pro time")),
     Concept("lab", "PTT", _COAG, itemids=(51275,), variants=("aPTT", "partial thromboplastin time")),
     Concept("lab", "fibrinogen", _COAG, itemids=(51214,), variants=("fib", "fibrinogin")),
@@ -249,7 +252,7 @@ ANTIBIOTIC_AGENTS: tuple[Concept, ...] = (
     Concept("antibiotic", "ceftriaxone", _ABX, values=("ceftriaxone",), variants=("Rocephin", "ceftriaxon", "CTX")),
     Concept("antibiotic", "cephalexin", _ABX, values=("cephalexin",), variants=("Keflex", "cefalexin")),
     Concept("antibiotic", "ciprofloxacin", _ABX + "; oral (HCl) and IV forms",
-            values=("ciprofloxacin hcl", "ciprofloxacin iv", "ciprofloxacin"), variants=("cipro", "Cipro", "ciprofloxacine")),
+            values=("ciprofloxacin hcl", "ciprofloxacin iv", "ciprofloxacin"), variants=("cipro", "Cipro XR", "ciprofloxacine")),
     Concept("antibiotic", "clarithromycin", _ABX, values=("clarithromycin",), variants=("Biaxin",)),
     Concept("antibiotic", "clindamycin", _ABX, values=("clindamycin",), variants=("clinda", "Cleocin")),
     Concept("antibiotic", "daptomycin", _ABX, values=("daptomycin",), variants=("dapto", "Cubicin")),
