@@ -16,7 +16,7 @@ from ehrgym.bench.answers import AnswerSpec
 from ehrgym.bench.concepts import concepts, primary_items, relation
 from ehrgym.bench.noise.units import CONVERSIONS, UnitConversion
 from ehrgym.bench.templates.base import ADMISSION_WINDOW, ICU_WINDOW, Evidence, Premise, Template, TimeWindow
-from ehrgym.bench.templates.diagnoses import INFECTIONS_SQL
+from ehrgym.bench.templates.diagnoses import DX_CONCEPTS, INFECTIONS
 from ehrgym.bench.templates.registry import register
 
 
@@ -313,6 +313,10 @@ ADM_JOIN = "JOIN mimiciv_hosp.admissions a ON a.hadm_id = e.hadm_id"
 ADM_IN_YEAR = "extract(year FROM a.admittime) = {year}"
 STAY_JOIN = "JOIN mimiciv_icu.icustays s ON s.stay_id = e.stay_id"
 STAY_IN_YEAR = "extract(year FROM s.intime) = {year}"
+# admissions coded with an infection concept (sepsis, pneumonia, urinary tract infection)
+INFECTION_ADMISSIONS = (f"(SELECT DISTINCT di.hadm_id, dx.concept FROM mimiciv_hosp.diagnoses_icd di JOIN {DX_CONCEPTS} "
+                        f"ON dx.icd_version = di.icd_version AND starts_with(di.icd_code, dx.prefix) "
+                        f"WHERE dx.concept IN {INFECTIONS})")
 UNIT_JOIN = "JOIN " + relation("careunit") + " cu(concept, careunit) ON cu.careunit = s.first_careunit"
 
 register(
@@ -328,22 +332,21 @@ register(
         sampler_sql=f"""
 SELECT year, title FROM (
   SELECT year, title, n, max(n) OVER (PARTITION BY year, title) AS top FROM (
-    SELECT extract(year FROM a.admittime) AS year, d.long_title AS title, dc.concept AS drug, count(*) AS n
+    SELECT extract(year FROM a.admittime) AS year, k.concept AS title, dc.concept AS drug, count(*) AS n
     FROM mimiciv_hosp.prescriptions e
     {RX_ABX}
     JOIN mimiciv_hosp.admissions a ON a.hadm_id = e.hadm_id
-    JOIN mimiciv_hosp.diagnoses_icd di ON di.hadm_id = e.hadm_id
-    JOIN mimiciv_hosp.d_icd_diagnoses d ON d.icd_code = di.icd_code AND d.icd_version = di.icd_version
-    WHERE {SYSTEMIC} AND di.icd_code IN ({INFECTIONS_SQL})
+    JOIN {INFECTION_ADMISSIONS} k ON k.hadm_id = e.hadm_id
+    WHERE {SYSTEMIC}
     GROUP BY ALL))
 GROUP BY year, title
 HAVING count(*) FILTER (WHERE n = top) = 1 AND sum(n) BETWEEN 2 AND 400""",
         gold_sql=f"""WITH cohort AS (
   SELECT DISTINCT di.hadm_id
   FROM mimiciv_hosp.diagnoses_icd di
-  JOIN mimiciv_hosp.d_icd_diagnoses d ON d.icd_code = di.icd_code AND d.icd_version = di.icd_version
+  JOIN {DX_CONCEPTS} ON dx.icd_version = di.icd_version AND starts_with(di.icd_code, dx.prefix)
   JOIN mimiciv_hosp.admissions a ON a.hadm_id = di.hadm_id
-  WHERE d.long_title = {{title}} AND extract(year FROM a.admittime) = {{year}}
+  WHERE dx.concept = {{title}} AND extract(year FROM a.admittime) = {{year}}
 ), per_drug AS (
   SELECT dc.concept AS drug, count(*) AS n
   FROM {{prescriptions}} e
@@ -355,11 +358,11 @@ SELECT drug FROM per_drug WHERE n = (SELECT max(n) FROM per_drug) ORDER BY drug"
         answer=NAMES,
         evidence=Evidence(table="prescriptions", key=("hadm_id", "drug", "starttime"), id_col="pharmacy_id",
                           time_col="starttime", window=ADMISSION_WINDOW, category_col="drug",
-                          join=RX_ABX + """ JOIN (SELECT DISTINCT di.hadm_id, d.long_title, extract(year FROM a.admittime) AS year
+                          join=RX_ABX + f""" JOIN (SELECT DISTINCT di.hadm_id, dx.concept, extract(year FROM a.admittime) AS year
       FROM mimiciv_hosp.diagnoses_icd di
-      JOIN mimiciv_hosp.d_icd_diagnoses d ON d.icd_code = di.icd_code AND d.icd_version = di.icd_version
+      JOIN {DX_CONCEPTS} ON dx.icd_version = di.icd_version AND starts_with(di.icd_code, dx.prefix)
       JOIN mimiciv_hosp.admissions a ON a.hadm_id = di.hadm_id) k ON k.hadm_id = e.hadm_id""",
-                          where=f"{SYSTEMIC} AND k.long_title = {{title}} AND k.year = {{year}}"),
+                          where=f"{SYSTEMIC} AND k.concept = {{title}} AND k.year = {{year}}"),
         noise=("missing_evidence", "conflicting_records", "temporal_mismatch", "lexical_variation", "out_of_scope"),
         lexical="title", time_window=YEAR_WINDOW,
         description="most prescribed antibiotic in an infection cohort (top-1, ties as a set)",
