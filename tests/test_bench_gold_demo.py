@@ -172,6 +172,17 @@ def _specimen_kinds(name: str) -> list[str]:
 
 _MICRO_KINDS: list[str] = []
 
+# organisms as a clinician names them, as regular expressions on org_name (not the concept table)
+ORGANISM_RULES = {"Escherichia coli": r"^ESCHERICHIA COLI$", "Staphylococcus aureus": r"^STAPH.* AUREUS",
+                  "Klebsiella pneumoniae": r"^KLEBSIELLA PNEUMONIAE$", "Pseudomonas aeruginosa": r"^PSEUDOMONAS AERUGINOSA$",
+                  "Proteus mirabilis": r"^PROTEUS MIRABILIS$", "Enterococcus species": r"^ENTEROCOCCUS",
+                  "coagulase-negative staphylococci": r"COAGULASE NEGATIVE", "yeast": r"^YEAST$",
+                  "Enterobacter cloacae complex": r"^ENTEROBACTER CLOACAE"}
+
+
+def _organism(m: pd.DataFrame, name: str) -> pd.Series:
+    return m.org_name.fillna("").str.contains(ORGANISM_RULES[name], regex=True)
+
 
 @pytest.fixture(scope="module")
 def micro(csv):
@@ -183,7 +194,7 @@ def micro(csv):
 def test_isolate_counts_are_of_hospital_admissions(demo, micro):
     assert micro.hadm_id.isna().any()  # the demo holds outpatient specimens; the question says "hospital admissions"
     for params, value in _golds(demo, "microbiology.cohort_count_isolates"):
-        sel = micro[micro.hadm_id.notna() & (micro.year == params["year"]) & (micro.org_name == params["organism"])]
+        sel = micro[micro.hadm_id.notna() & (micro.year == params["year"]) & _organism(micro, params["organism"])]
         assert value == sel.micro_specimen_id.nunique(), params
     t = get_template("microbiology.cohort_count_isolates")
     assert all("hospital" in p or "inpatient" in p for p in t.paraphrases)
@@ -206,10 +217,70 @@ def test_count_cultures_of_a_specimen_concept(demo, micro):
 def test_mic50_handles_censored_dilutions(demo, micro):
     for params, value in _golds(demo, "microbiology.cohort_mic50"):
         sel = micro[micro.hadm_id.notna() & micro.spec_type_desc.isin(_specimen_kinds(params["specimen"]))
-                    & (micro.org_name == params["organism"]) & (micro.ab_name == params["antibiotic"])
+                    & _organism(micro, params["organism"]) & (micro.ab_name.str.lower() == params["antibiotic"])
                     & micro.dilution_value.notna()]
         mic = sel.dilution_value.to_numpy(float)
         high = sel.dilution_comparison.fillna("=").str.strip().eq("=>").to_numpy()
         steps = np.unique(mic)
         ok = [s for s in steps if 2 * np.sum((mic <= s) & ~high) >= len(mic)]
         assert value == pytest.approx(min(ok)), params
+
+
+# ---------------------------------------------------------------- concept definitions against the demo dictionaries
+
+CONDITION_WORDS = {"sepsis": r"sepsis|septic", "acute kidney injury": r"acute (?:kidney|renal) failure",
+                   "heart failure": r"heart failure", "pneumonia": r"pneumonia", "type 2 diabetes": r"type 2|type ii",
+                   "COPD": r"obstructi|bronchitis|emphysema", "gastrointestinal hemorrhage":
+                       r"hemorrhage|hematemesis|melena|blood in stool", "ischemic stroke": r"infarction",
+                   "essential hypertension": r"hypertension", "atrial fibrillation": r"atrial fibrillation",
+                   "urinary tract infection": r"urinary tract infection", "cirrhosis of the liver": r"cirrhosis",
+                   "acute respiratory failure": r"respiratory failure", "chronic kidney disease": r"chronic kidney|end stage renal"}
+
+
+def _coded(dx: pd.DataFrame, name: str) -> pd.Series:
+    from ehrgym.bench.concepts import get_concept
+
+    hit = pd.Series(False, index=dx.index)
+    for version, prefix in get_concept("diagnosis", name).icd:
+        hit |= (dx.icd_version == version) & dx.icd_code.astype(str).str.startswith(prefix)
+    return hit
+
+
+def test_condition_concepts_cover_only_codes_whose_titles_say_so(csv):
+    from ehrgym.bench.concepts import concepts
+
+    dx = csv("diagnoses_icd").merge(csv("d_icd_diagnoses"), on=["icd_code", "icd_version"])
+    assert set(CONDITION_WORDS) == {c.name for c in concepts("diagnosis")}
+    for name, words in CONDITION_WORDS.items():
+        titles = dx[_coded(dx, name)].long_title.str.lower()
+        assert titles.str.contains(words, regex=True).all(), (name, sorted(set(titles[~titles.str.contains(words)])))
+
+
+def test_condition_cohorts_count_each_admission_once(demo_db, csv):
+    b = Builder(demo_db, get_config("small"), seed=0, progress=False,
+                templates=[get_template("diagnoses.cohort_count_admissions")])
+    b._draw(get_template("diagnoses.cohort_count_admissions"), 30)
+    adm = csv("admissions").assign(year=lambda d: pd.to_datetime(d.admittime).dt.year)
+    dx = csv("diagnoses_icd").merge(adm[["hadm_id", "year"]], on="hadm_id")
+    try:
+        for params, value in _golds(b, "diagnoses.cohort_count_admissions"):
+            sel = dx[_coded(dx, params["title"]) & (dx.year == params["year"])]
+            assert value == sel.hadm_id.nunique(), params
+    finally:
+        b.close()
+
+
+def test_item_and_value_concepts_exist_in_the_demo(csv):
+    from ehrgym.bench.concepts import concepts
+
+    labs = csv("d_labitems").set_index("itemid")
+    for c in concepts("lab"):
+        assert set(c.itemids) <= set(labs.index), c.name
+        assert (labs.loc[list(c.itemids), "fluid"] == "Blood").all(), c.name  # no urine pH, no other fluids
+    items = set(csv("d_items").itemid)
+    for domain in ("vital", "urine", "infusion"):
+        for c in concepts(domain):
+            assert c.primary in items, (domain, c.name)
+    assert {v for c in concepts("admission_type") for v in c.values} == set(csv("admissions").admission_type)
+    units = set(csv("icustays").first_careunit)
+    assert units - {v for c in concepts("careunit") for v in c.values} <= {"Neuro Intermediate", "Neuro Stepdown"}

@@ -178,8 +178,9 @@ def test_resistance_rate_matches_pandas(builder):
     m = _frame(builder, "SELECT * FROM mimiciv_hosp.microbiologyevents")
     from ehrgym.bench.concepts import get_concept
     kinds = get_concept("specimen", params["specimen"]).values  # a concept names every spec_type_desc it covers
-    sel = m[m.hadm_id.notna() & m.spec_type_desc.isin(kinds) & (m.org_name == params["organism"])
-            & (m.ab_name == params["antibiotic"])]
+    organisms = get_concept("organism", params["organism"]).values
+    sel = m[m.hadm_id.notna() & m.spec_type_desc.isin(kinds) & m.org_name.isin(organisms)
+            & (m.ab_name.str.lower() == params["antibiotic"])]
     assert 0 < value < 100
     assert value == pytest.approx(round(100.0 * (sel.interpretation == "R").mean(), 2), abs=0.005)
 

@@ -4,8 +4,9 @@ One row of ``microbiologyevents`` is one (specimen, organism, antibiotic) result
 culture is one row without an organism. A specimen is identified by ``micro_specimen_id``, so
 "how many cultures" counts distinct specimen ids — and a re-stored specimen copy (new id, same
 collection time) really inflates a credulous count. Organism and antibiotic names are matched
-in SQL (``org_name = {organism}``, ``ab_name = {antibiotic}``), so "E coli", "staph aureus" or
-"pip-tazo" break a credulous agent's query. MICs carry value-level noise (decimal slips,
+in SQL (organisms through their concept, ``og.concept = {organism}``; susceptibility antibiotics in
+lower case, ``lower(ab_name) = {antibiotic}``), so "E coli", "staph aureus" or "pip-tazo" break a
+credulous agent's query. MICs carry value-level noise (decimal slips,
 missing or text-only results such as ``"0,25"``).
 
 Specimens are named as clinicians name them ("blood culture", "urine culture"): ``{specimen}`` is a
@@ -41,6 +42,8 @@ YES_NO = AnswerSpec("boolean")
 MIC_BOUNDS = (0.001, 1024.0)  # µg/mL: broth-dilution panels span about 0.002-1024
 SPEC_JOIN = "JOIN " + relation("specimen") + " sp(concept, spec_type_desc) ON sp.spec_type_desc = e.spec_type_desc"
 # cultures that grow organisms with susceptibility panels
+# organisms as clinicians name them ("Staphylococcus aureus" = STAPH AUREUS COAG + …), domain ``organism``
+ORG_JOIN = "JOIN " + relation("organism") + " og(concept, org_name) ON og.org_name = e.org_name"
 GROWTH_SPECIMENS = "sp.concept IN ('blood culture', 'urine culture', 'sputum culture', 'bronchoalveolar lavage culture')"
 
 # One row per result: specimen, test, organism (isolate) and antibiotic identify it; a re-stored copy
@@ -180,27 +183,30 @@ WHERE a.subject_id = {subject_id} AND a.hadm_id = {hadm_id}
             "{subject_id}.",
             "Patient {subject_id}, admission {hadm_id}: which antibiotics did the {organism} isolate resist?",
         ),
-        sampler_sql="""SELECT subject_id, hadm_id, org_name AS organism
-FROM mimiciv_hosp.microbiologyevents
-WHERE org_name IS NOT NULL AND ab_name IS NOT NULL AND hadm_id IS NOT NULL
+        sampler_sql=f"""SELECT e.subject_id, e.hadm_id, og.concept AS organism
+FROM mimiciv_hosp.microbiologyevents e
+{ORG_JOIN}
+WHERE e.ab_name IS NOT NULL AND e.hadm_id IS NOT NULL
 GROUP BY ALL
-HAVING count(*) FILTER (WHERE interpretation = 'R') >= 1""",
-        gold_sql="""SELECT DISTINCT e.ab_name
+HAVING count(*) FILTER (WHERE e.interpretation = 'R') >= 1""",
+        gold_sql="""SELECT DISTINCT lower(e.ab_name)
 FROM {microbiologyevents} e
+""" + ORG_JOIN + """
 WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id}
-  AND e.org_name = {organism} AND e.interpretation = 'R'
-ORDER BY e.ab_name""",
+  AND og.concept = {organism} AND e.interpretation = 'R'
+ORDER BY 1""",
         answer=NAMES,
-        evidence=Evidence(**MICRO, where="e.hadm_id = {hadm_id} AND e.org_name = {organism} AND e.ab_name IS NOT NULL",
+        evidence=Evidence(**MICRO, join=ORG_JOIN,
+                          where="e.hadm_id = {hadm_id} AND og.concept = {organism} AND e.ab_name IS NOT NULL",
                           id_col="microevent_id", category_col="interpretation", focus="first"),
         # (no out_of_window: a misplaced copy changes the set only when it happens to flip an S to R)
         noise=("missing_evidence", "conflicting_records", "nonexistent_entity", "false_premise", "lexical_variation",
                "out_of_scope"),
         entity_ref="hadm_id", lexical="organism",
-        premise=Premise("organism", "organism", """
-SELECT DISTINCT org_name, org_name FROM mimiciv_hosp.microbiologyevents
-WHERE org_name IS NOT NULL AND ab_name IS NOT NULL AND org_name NOT IN (
-    SELECT org_name FROM mimiciv_hosp.microbiologyevents WHERE hadm_id = {hadm_id} AND org_name IS NOT NULL)
+        premise=Premise("organism", "organism", f"""
+SELECT DISTINCT og.concept, og.concept FROM mimiciv_hosp.microbiologyevents e {ORG_JOIN}
+WHERE e.ab_name IS NOT NULL AND og.concept NOT IN (
+    SELECT og.concept FROM mimiciv_hosp.microbiologyevents e {ORG_JOIN} WHERE e.hadm_id = {{hadm_id}})
 ORDER BY 1"""),
         description="antibiotics an isolate was resistant to",
     ),
@@ -234,17 +240,18 @@ WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id} AND sp.concept = {sp
             "Yes or no: was {organism} found in patient {subject_id}'s cultures during admission {hadm_id}?",
         ),
         # about as many 'no' (an organism that did not grow) as 'yes'
-        sampler_sql="""
+        sampler_sql=f"""
 WITH adm AS (SELECT DISTINCT subject_id, hadm_id FROM mimiciv_hosp.microbiologyevents WHERE hadm_id IS NOT NULL),
-orgs AS (SELECT DISTINCT org_name AS organism FROM mimiciv_hosp.microbiologyevents WHERE org_name IS NOT NULL),
-grown AS (SELECT DISTINCT hadm_id, org_name AS organism FROM mimiciv_hosp.microbiologyevents WHERE org_name IS NOT NULL)
+grown AS (SELECT DISTINCT e.hadm_id, og.concept AS organism FROM mimiciv_hosp.microbiologyevents e {ORG_JOIN}),
+orgs AS (SELECT DISTINCT organism FROM grown)
 SELECT a.subject_id, a.hadm_id, o.organism
 FROM adm a CROSS JOIN orgs o
 LEFT JOIN grown g ON g.hadm_id = a.hadm_id AND g.organism = o.organism
-WHERE g.hadm_id IS NOT NULL OR hash(a.hadm_id, o.organism) % 12 = 0""",
+WHERE g.hadm_id IS NOT NULL OR hash(a.hadm_id, o.organism) % 5 = 0""",
         gold_sql="""SELECT count(*) > 0
 FROM {microbiologyevents} e
-WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id} AND e.org_name = {organism}""",
+""" + ORG_JOIN + """
+WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id} AND og.concept = {organism}""",
         answer=YES_NO,
         # the admission's whole culture record: without it, "not isolated" cannot be told from "not cultured"
         evidence=Evidence(**MICRO, where="e.hadm_id = {hadm_id}", id_col="microevent_id"),
@@ -260,29 +267,31 @@ WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id} AND e.org_name = {or
             "Patient {subject_id}, admission {hadm_id}: minimum inhibitory concentration of {antibiotic} against "
             "{organism}?",
         ),
-        sampler_sql="""SELECT subject_id, hadm_id, org_name AS organism, ab_name AS antibiotic
-FROM mimiciv_hosp.microbiologyevents
-WHERE org_name IS NOT NULL AND ab_name IS NOT NULL AND dilution_value IS NOT NULL AND hadm_id IS NOT NULL
+        sampler_sql=f"""SELECT e.subject_id, e.hadm_id, og.concept AS organism, lower(e.ab_name) AS antibiotic
+FROM mimiciv_hosp.microbiologyevents e
+{ORG_JOIN}
+WHERE e.ab_name IS NOT NULL AND e.dilution_value IS NOT NULL AND e.hadm_id IS NOT NULL
 GROUP BY ALL
 HAVING count(*) = 1""",
         gold_sql="""SELECT e.dilution_value
 FROM {microbiologyevents} e
+""" + ORG_JOIN + """
 WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id}
-  AND e.org_name = {organism} AND e.ab_name = {antibiotic}
+  AND og.concept = {organism} AND lower(e.ab_name) = {antibiotic}
 ORDER BY e.dilution_value""",
         answer=MIC,
-        evidence=Evidence(**MICRO,
-                          where="e.hadm_id = {hadm_id} AND e.org_name = {organism} AND e.ab_name = {antibiotic}",
+        evidence=Evidence(**MICRO, join=ORG_JOIN,
+                          where="e.hadm_id = {hadm_id} AND og.concept = {organism} AND lower(e.ab_name) = {antibiotic}",
                           id_col="microevent_id", value_col="dilution_value", text_col="dilution_text",
                           bounds=MIC_BOUNDS, aggregate=False),
         noise=("missing_evidence", "conflicting_records", "implausible_value", "missing_value", "encoding_corruption",
                "nonexistent_entity", "false_premise", "lexical_variation", "out_of_scope"),
         entity_ref="hadm_id", lexical="antibiotic",
-        premise=Premise("antibiotic", "antibiotic", """
-SELECT DISTINCT ab_name, ab_name FROM mimiciv_hosp.microbiologyevents
-WHERE ab_name IS NOT NULL AND ab_name NOT IN (
-    SELECT ab_name FROM mimiciv_hosp.microbiologyevents
-    WHERE hadm_id = {hadm_id} AND org_name = {organism} AND ab_name IS NOT NULL)
+        premise=Premise("antibiotic", "antibiotic", f"""
+SELECT DISTINCT lower(ab_name), lower(ab_name) FROM mimiciv_hosp.microbiologyevents
+WHERE ab_name IS NOT NULL AND lower(ab_name) NOT IN (
+    SELECT lower(e.ab_name) FROM mimiciv_hosp.microbiologyevents e {ORG_JOIN}
+    WHERE e.hadm_id = {{hadm_id}} AND og.concept = {{organism}} AND e.ab_name IS NOT NULL)
 ORDER BY 1"""),
         description="MIC of an antibiotic for an isolate",
     ),
@@ -339,20 +348,23 @@ SELECT org_name FROM per_org WHERE n = (SELECT max(n) FROM per_org) ORDER BY org
             "Among {specimen} isolates of {organism} collected during hospital admissions with a {antibiotic} result, "
             "what percent were reported resistant?",
         ),
-        sampler_sql=f"""SELECT sp.concept AS specimen, e.org_name AS organism, e.ab_name AS antibiotic
+        sampler_sql=f"""SELECT sp.concept AS specimen, og.concept AS organism, lower(e.ab_name) AS antibiotic
 FROM mimiciv_hosp.microbiologyevents e
 {SPEC_JOIN}
-WHERE e.hadm_id IS NOT NULL AND e.org_name IS NOT NULL AND e.ab_name IS NOT NULL AND {GROWTH_SPECIMENS}
+{ORG_JOIN}
+WHERE e.hadm_id IS NOT NULL AND e.ab_name IS NOT NULL AND {GROWTH_SPECIMENS}
 GROUP BY ALL
 HAVING count(*) BETWEEN 3 AND 400 AND count(*) FILTER (WHERE e.interpretation = 'R') BETWEEN 1 AND count(*) - 1""",
         gold_sql="""SELECT 100.0 * count(*) FILTER (WHERE e.interpretation = 'R') / count(*)
 FROM {microbiologyevents} e
 """ + SPEC_JOIN + """
-WHERE e.hadm_id IS NOT NULL AND sp.concept = {specimen} AND e.org_name = {organism}
-  AND e.ab_name = {antibiotic}""",
+""" + ORG_JOIN + """
+WHERE e.hadm_id IS NOT NULL AND sp.concept = {specimen} AND og.concept = {organism}
+  AND lower(e.ab_name) = {antibiotic}""",
         answer=RATE,
-        evidence=Evidence(**MICRO, join=SPEC_JOIN, where="e.hadm_id IS NOT NULL AND sp.concept = {specimen} "
-                                         "AND e.org_name = {organism} AND e.ab_name = {antibiotic}",
+        evidence=Evidence(**MICRO, join=SPEC_JOIN + " " + ORG_JOIN,
+                          where="e.hadm_id IS NOT NULL AND sp.concept = {specimen} "
+                                "AND og.concept = {organism} AND lower(e.ab_name) = {antibiotic}",
                           id_col="microevent_id", category_col="interpretation"),
         noise=("missing_evidence", "duplicate_records", "out_of_window", "conflicting_records", "lexical_variation",
                "out_of_scope"),
@@ -393,16 +405,18 @@ WHERE e.hadm_id IS NOT NULL AND sp.concept = {specimen} AND extract(year FROM e.
             "In {year}, how many inpatient {organism} isolates (distinct specimens) were reported?",
             "Count the specimens drawn from hospitalised patients in {year} from which {organism} was isolated.",
         ),
-        sampler_sql="""SELECT extract(year FROM charttime) AS year, org_name AS organism
-FROM mimiciv_hosp.microbiologyevents
-WHERE hadm_id IS NOT NULL AND org_name IS NOT NULL
+        sampler_sql=f"""SELECT extract(year FROM e.charttime) AS year, og.concept AS organism
+FROM mimiciv_hosp.microbiologyevents e
+{ORG_JOIN}
+WHERE e.hadm_id IS NOT NULL
 GROUP BY ALL
 HAVING count(*) <= 400""",
         gold_sql="""SELECT count(DISTINCT e.micro_specimen_id)
 FROM {microbiologyevents} e
-WHERE e.hadm_id IS NOT NULL AND e.org_name = {organism} AND extract(year FROM e.charttime) = {year}""",
+""" + ORG_JOIN + """
+WHERE e.hadm_id IS NOT NULL AND og.concept = {organism} AND extract(year FROM e.charttime) = {year}""",
         answer=COUNT,
-        evidence=Evidence(**MICRO_SPECIMENS, where="e.org_name = {organism} AND " + IN_YEAR,
+        evidence=Evidence(**MICRO_SPECIMENS, join=ORG_JOIN, where="og.concept = {organism} AND " + IN_YEAR,
                           id_col="micro_specimen_id"),
         noise=("duplicate_records", "out_of_window", "temporal_mismatch", "lexical_variation", "out_of_scope"),
         lexical="organism", time_window=YEAR_WINDOW, description="number of isolates of an organism in a year",
@@ -417,10 +431,11 @@ WHERE e.hadm_id IS NOT NULL AND e.org_name = {organism} AND extract(year FROM e.
             "Across {organism} isolates from {specimen} specimens of hospitalised patients, what was the {antibiotic} "
             "MIC50 — the lowest dilution at or below which half of the isolates' MICs lie?",
         ),
-        sampler_sql=f"""SELECT sp.concept AS specimen, e.org_name AS organism, e.ab_name AS antibiotic
+        sampler_sql=f"""SELECT sp.concept AS specimen, og.concept AS organism, lower(e.ab_name) AS antibiotic
 FROM mimiciv_hosp.microbiologyevents e
 {SPEC_JOIN}
-WHERE e.hadm_id IS NOT NULL AND e.org_name IS NOT NULL AND e.ab_name IS NOT NULL AND e.dilution_value IS NOT NULL
+{ORG_JOIN}
+WHERE e.hadm_id IS NOT NULL AND e.ab_name IS NOT NULL AND e.dilution_value IS NOT NULL
   AND {GROWTH_SPECIMENS}
 GROUP BY ALL
 HAVING count(*) BETWEEN 3 AND 400 AND count(DISTINCT e.dilution_value) >= 2""",
@@ -429,8 +444,9 @@ HAVING count(*) BETWEEN 3 AND 400 AND count(DISTINCT e.dilution_value) >= 2""",
   SELECT e.dilution_value AS mic, trim(coalesce(e.dilution_comparison, '=')) AS cmp
   FROM {microbiologyevents} e
   """ + SPEC_JOIN + """
-  WHERE e.hadm_id IS NOT NULL AND sp.concept = {specimen} AND e.org_name = {organism}
-    AND e.ab_name = {antibiotic} AND e.dilution_value IS NOT NULL
+  """ + ORG_JOIN + """
+  WHERE e.hadm_id IS NOT NULL AND sp.concept = {specimen} AND og.concept = {organism}
+    AND lower(e.ab_name) = {antibiotic} AND e.dilution_value IS NOT NULL
 ), steps AS (
   SELECT DISTINCT mic FROM iso
 )
@@ -438,8 +454,9 @@ SELECT min(s.mic)
 FROM steps s
 WHERE 2 * (SELECT count(*) FROM iso i WHERE i.mic <= s.mic AND i.cmp <> '=>') >= (SELECT count(*) FROM iso)""",
         answer=MIC,
-        evidence=Evidence(**MICRO, join=SPEC_JOIN, where="e.hadm_id IS NOT NULL AND sp.concept = {specimen} "
-                                                         "AND e.org_name = {organism} AND e.ab_name = {antibiotic}",
+        evidence=Evidence(**MICRO, join=SPEC_JOIN + " " + ORG_JOIN,
+                          where="e.hadm_id IS NOT NULL AND sp.concept = {specimen} "
+                                "AND og.concept = {organism} AND lower(e.ab_name) = {antibiotic}",
                           id_col="microevent_id", value_col="dilution_value", text_col="dilution_text",
                           bounds=MIC_BOUNDS),
         # (a median-type statistic: one duplicated, corrupted or implausible row rarely moves it, so those
@@ -458,19 +475,23 @@ WHERE 2 * (SELECT count(*) FROM iso i WHERE i.mic <= s.mic AND i.cmp <> '=>') >=
             "patient?",
         ),
         # a single isolate holds the maximum (MICs are discrete dilutions: ties are common)
-        sampler_sql="""SELECT year, organism, antibiotic FROM (
-  SELECT extract(year FROM charttime) AS year, org_name AS organism, ab_name AS antibiotic, dilution_value,
-         max(dilution_value) OVER (PARTITION BY extract(year FROM charttime), org_name, ab_name) AS top
-  FROM mimiciv_hosp.microbiologyevents
-  WHERE hadm_id IS NOT NULL AND org_name IS NOT NULL AND ab_name IS NOT NULL AND dilution_value IS NOT NULL)
+        sampler_sql=f"""SELECT year, organism, antibiotic FROM (
+  SELECT extract(year FROM e.charttime) AS year, og.concept AS organism, lower(e.ab_name) AS antibiotic,
+         e.dilution_value,
+         max(e.dilution_value) OVER (PARTITION BY extract(year FROM e.charttime), og.concept, lower(e.ab_name)) AS top
+  FROM mimiciv_hosp.microbiologyevents e
+  {ORG_JOIN}
+  WHERE e.hadm_id IS NOT NULL AND e.ab_name IS NOT NULL AND e.dilution_value IS NOT NULL)
 GROUP BY year, organism, antibiotic
 HAVING count(*) BETWEEN 2 AND 400 AND count(*) FILTER (WHERE dilution_value = top) = 1""",
         gold_sql="""SELECT max(e.dilution_value)
 FROM {microbiologyevents} e
-WHERE e.hadm_id IS NOT NULL AND e.org_name = {organism} AND e.ab_name = {antibiotic}
+""" + ORG_JOIN + """
+WHERE e.hadm_id IS NOT NULL AND og.concept = {organism} AND lower(e.ab_name) = {antibiotic}
   AND extract(year FROM e.charttime) = {year}""",
         answer=MIC,
-        evidence=Evidence(**MICRO, where="e.org_name = {organism} AND e.ab_name = {antibiotic} AND " + IN_YEAR,
+        evidence=Evidence(**MICRO, join=ORG_JOIN,
+                          where="og.concept = {organism} AND lower(e.ab_name) = {antibiotic} AND " + IN_YEAR,
                           id_col="microevent_id", value_col="dilution_value", text_col="dilution_text",
                           bounds=MIC_BOUNDS, focus="max"),
         noise=("missing_evidence", "out_of_window", "conflicting_records", "implausible_value", "encoding_corruption",
