@@ -67,7 +67,9 @@ ABX_STEMS = {"amoxicillin-clav": r"amoxicillin-clav", "amoxicillin": r"^amoxicil
              "clinda": r"clindamycin", "dapto": r"daptomycin", "doxy": r"doxycycline", "ertapenem": r"ertapenem",
              "erythro": r"^erythromycin$", "levo": r"levofloxacin", "linezolid": r"linezolid", "meropenem": r"meropenem",
              "metronidazole": r"metronidazole", "nitrofurantoin": r"nitrofurantoin", "pip-tazo": r"piperacillin",
-             "tmp-smx": r"sulfameth", "tobra": r"tobramycin", "vanco": r"vancomycin"}
+             "tmp-smx": r"sulfameth", "tobra": r"tobramycin", "vanco": r"vancomycin", "aztreonam": r"aztreonam",
+             "cephalexin": r"cephalexin", "gentamicin": r"gentamicin", "nafcillin": r"nafcillin", "oxacillin": r"oxacillin",
+             "penicillin g": r"penicillin g", "rifampin": r"rifampin"}
 TOPICAL = {"OU", "OS", "OD", "AU", "AS", "AD", "TP", "BOTH EYES", "LEFT EYE", "RIGHT EYE", "BOTH EARS", "LEFT EAR",
            "RIGHT EAR"}
 
@@ -107,12 +109,11 @@ def test_first_ceftriaxone_order_covers_both_spellings(demo, csv):
 
 def test_hours_to_first_antibiotic_dose_is_exact_to_the_second(demo, csv):
     emar, adm = csv("emar"), csv("admissions")
+    agents = emar.medication.fillna("").map(_agent)
     for params, value in _golds(demo, "medications.hours_to_first_dose"):
-        stem = ABX_STEMS.get({"piperacillin-tazobactam": "pip-tazo", "ciprofloxacin": "cipro",
-                              "vancomycin": "vanco", "azithromycin": "azithro"}.get(params["drug"], params["drug"]),
-                             params["drug"])
+        assert _agent(params["drug"]) is not None, params
         sel = emar[(emar.hadm_id == params["hadm_id"]) & (emar.event_txt == "Administered")
-                   & emar.medication.fillna("").str.lower().str.contains(stem)]
+                   & (agents == _agent(params["drug"]))]
         admit = pd.to_datetime(adm.loc[adm.hadm_id == params["hadm_id"], "admittime"]).iloc[0]
         expected = (pd.to_datetime(sel.charttime).min() - admit).total_seconds() / 3600
         assert value == pytest.approx(expected, abs=0.005), params

@@ -142,12 +142,12 @@ WHERE e.event_txt = 'Administered' AND e.hadm_id IS NOT NULL""",
         gold_sql="""SELECT (epoch(min(e.charttime)) - epoch(a.admittime)) / 3600.0
 FROM {emar} e
 JOIN mimiciv_hosp.admissions a ON a.hadm_id = e.hadm_id
-""" + EMAR_DRUG + """
+""" + EMAR_ABX + """
 WHERE a.subject_id = {subject_id} AND a.hadm_id = {hadm_id}
   AND dc.concept = {drug} AND e.event_txt = 'Administered'
 GROUP BY a.admittime""",
         answer=HOURS,
-        evidence=Evidence(**EMAR_DOSES, focus="first"),
+        evidence=Evidence(**{**EMAR_DOSES, "join": EMAR_ABX}, focus="first"),
         noise=("missing_evidence", "out_of_window", "nonexistent_entity", "false_premise", "lexical_variation",
                "out_of_scope"),
         entity_ref="hadm_id", lexical="drug", premise=ABX_EMAR_PREMISE,
@@ -505,7 +505,7 @@ HAVING count(*) BETWEEN 2 AND 400""",
   SELECT e.hadm_id, min(e.charttime) AS first_dose
   FROM {emar} e
   JOIN mimiciv_hosp.admissions a ON a.hadm_id = e.hadm_id
-  """ + EMAR_DRUG + """
+  """ + EMAR_ABX + """
   WHERE dc.concept = {drug} AND e.event_txt = 'Administered' AND extract(year FROM a.admittime) = {year}
   GROUP BY e.hadm_id
 )
@@ -514,7 +514,7 @@ FROM firsts f
 JOIN mimiciv_hosp.admissions a ON a.hadm_id = f.hadm_id""",
         answer=HOURS,
         evidence=Evidence(**{**EMAR_DOSES, "where": "dc.concept = {drug} AND e.event_txt = 'Administered' AND "
-                                                    + ADM_IN_YEAR, "join": EMAR_DRUG + " " + ADM_JOIN}, focus="first"),
+                                                    + ADM_IN_YEAR, "join": EMAR_ABX + " " + ADM_JOIN}, focus="first"),
         noise=("missing_evidence", "out_of_window", "temporal_mismatch", "lexical_variation", "out_of_scope"),
         lexical="drug", time_window=YEAR_WINDOW, description="mean time from admission to the first antibiotic dose",
     ),
