@@ -56,17 +56,9 @@ MICRO = dict(table="microbiologyevents", key=RESULT_KEY, time_col="charttime", w
              store_col="storetime")
 MICRO_SPECIMENS = {**MICRO, "key": COLLECTED_KEY}
 
-# misspellings and abbreviations people write (names shared with another module use the same forms,
-# so the lexicon does not depend on which modules a process imported)
+# misspellings and abbreviations people write for susceptibility-panel antibiotics (organisms and specimens
+# are concepts: their variants live in ehrgym.bench.concepts)
 MICRO_VARIANTS: dict[str, tuple[str, ...]] = {
-    # organisms
-    "ESCHERICHIA COLI": ("E coli", "E. coli", "Escherichia coly"),
-    "STAPH AUREUS COAG +": ("staph aureus", "S. aureus", "Staphylococcus aureus"),
-    "KLEBSIELLA PNEUMONIAE": ("Klebsiella", "K. pneumoniae", "klebsiela pneumoniae"),
-    "PSEUDOMONAS AERUGINOSA": ("Pseudomonas", "P. aeruginosa", "pseudomonas aeroginosa"),
-    "PROTEUS MIRABILIS": ("Proteus", "P. mirabilis", "proteus mirabilus"),
-    "ENTEROCOCCUS SP.": ("Enterococcus", "enterococus species", "enterococci"),
-    "STAPHYLOCOCCUS, COAGULASE NEGATIVE": ("CoNS", "coag-negative staph", "coagulase negative staphylococcus"),
     # antibiotics (susceptibility panel names)
     "VANCOMYCIN": ("vancomicin", "vanco", "vanc"),
     "PIPERACILLIN/TAZO": ("pip-tazo", "pip/tazo", "Zosyn"),
@@ -91,11 +83,6 @@ MICRO_VARIANTS: dict[str, tuple[str, ...]] = {
     "RIFAMPIN": ("rifampicin", "rifampin (RIF)", "rifampine"),
     "LINEZOLID": ("Zyvox", "linezolide", "linezolid (LZD)"),
     "PENICILLIN G": ("pen G", "penicillin", "benzylpenicillin"),
-    # specimens
-    "BLOOD CULTURE": ("blood cx", "bld culture", "blood cultures"),
-    "URINE": ("urine cx", "urine culture", "UA culture"),
-    "SPUTUM": ("sputum cx", "sputim", "sputum culture"),
-    "MRSA SCREEN": ("MRSA swab", "MRSA nasal screen", "mrsa screening"),
 }
 for _name, _forms in MICRO_VARIANTS.items():
     add_variants(_name, *_forms)
