@@ -51,8 +51,9 @@ How to add a template (read ``labs.py`` first: it is the complete reference exam
                    never change the answer (duplicates do not change a max; a count of 0 is a valid answer,
                    so ``missing_evidence``/``false_premise`` do not fit count questions).
    ``entity_ref``  the parameter naming a ``subject_id``/``hadm_id``/``stay_id`` (nonexistent entity).
-   ``lexical``     the parameter holding the name matched in SQL (lexical variation; add curated
-                   misspellings/abbreviations with ``noise.lexicon.add_variants``).
+   ``lexical``     the parameter holding the name matched in SQL (lexical variation; a concept's clinician
+                   variants — ``Concept.variants`` — reach the lexicon automatically; other names take
+                   curated forms through ``noise.lexicon.add_variants``).
    ``premise``     :class:`~ehrgym.bench.templates.base.Premise` — SQL listing replacement values the
                    entity never had (false premise), columns named ``param`` and ``text``.
    ``time_window`` :class:`~ehrgym.bench.templates.base.TimeWindow` — the window/year parameters and the
