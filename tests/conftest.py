@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-DEMO_DIR = REPO.parent / "shared" / "mimic-iv-demo-2.2"
+# EHRGYM_DEMO_DIR points elsewhere (e.g. from a git worktree whose parent holds no shared/)
+DEMO_DIR = Path(os.environ.get("EHRGYM_DEMO_DIR", REPO.parent / "shared" / "mimic-iv-demo-2.2"))
 
 
 @pytest.fixture(scope="session")

@@ -20,9 +20,13 @@ How to add a template (read ``labs.py`` first: it is the complete reference exam
                    ``{labevents}``, ``{prescriptions}``) by the evidence relation: the plain table for
                    clean/naive SQL, a cleaning sub-query for the robust SQL of recoverable noise. Read the
                    evidence table ONLY through that placeholder, aliased ``e``; other tables directly.
-                   If the question names something (a test, drug, diagnosis, unit), match the NAME in
-                   SQL through the dictionary table (``d.label = {label}``, ``drug = {drug}``,
-                   ``long_title = {title}``) so a misspelling really breaks a credulous agent's query.
+                   If the question names something (a test, drug, condition, unit, specimen), name it as a
+                   clinician does: sample a concept of ``ehrgym.bench.concepts`` (its clinical name is the
+                   parameter), join the concept relation (``concepts.relation(domain)``) and filter it by
+                   the NAME (``cpt.concept = {label}``), so the gold covers every item/spelling the words
+                   mean and a misspelled or abbreviated name really breaks a credulous agent's query.
+                   State in the question any restriction the SQL applies ("serum", "during hospital
+                   admissions", "systemic").
                    Use ``extract(year FROM t)`` rather than ``year(t)`` in filters (much faster in DuckDB).
    ``answer``      :class:`~ehrgym.bench.answers.AnswerSpec`: ``number`` (``rel_tol``/``abs_tol``/
                    ``decimals`` — use ``abs_tol=0.01, decimals=2`` for means/rates: the stored gold is
@@ -47,8 +51,9 @@ How to add a template (read ``labs.py`` first: it is the complete reference exam
                    never change the answer (duplicates do not change a max; a count of 0 is a valid answer,
                    so ``missing_evidence``/``false_premise`` do not fit count questions).
    ``entity_ref``  the parameter naming a ``subject_id``/``hadm_id``/``stay_id`` (nonexistent entity).
-   ``lexical``     the parameter holding the name matched in SQL (lexical variation; add curated
-                   misspellings/abbreviations with ``noise.lexicon.add_variants``).
+   ``lexical``     the parameter holding the name matched in SQL (lexical variation; a concept's clinician
+                   variants — ``Concept.variants`` — reach the lexicon automatically; other names take
+                   curated forms through ``noise.lexicon.add_variants``).
    ``premise``     :class:`~ehrgym.bench.templates.base.Premise` — SQL listing replacement values the
                    entity never had (false premise), columns named ``param`` and ``text``.
    ``time_window`` :class:`~ehrgym.bench.templates.base.TimeWindow` — the window/year parameters and the

@@ -5,11 +5,18 @@ Codes are always resolved to titles through the dictionary joined on BOTH ``icd_
 ``icd_version`` (MIMIC-IV mixes ICD-9 and ICD-10, and some code strings exist in both). Billing
 codes carry no timestamps, so time-based record noise (out of window) does not apply here; the
 value-level noise lives on the APR-DRG severity / mortality scores (1-4) and on patient ages.
+
+Conditions are named as clinicians name them ("sepsis", "acute kidney injury", "heart failure"):
+``{title}`` / ``{cohort}`` of the condition templates are concepts of ``ehrgym.bench.concepts``
+(domain ``diagnosis``, ICD-9 and ICD-10 code prefixes) matched on every code of the concept
+(``DX_CONCEPT_JOIN``), and admissions are counted once however many of its codes an admission
+carries. Procedures and DRGs are still named by their dictionary titles.
 """
 
 from __future__ import annotations
 
 from ehrgym.bench.answers import AnswerSpec
+from ehrgym.bench.concepts import relation
 from ehrgym.bench.noise.lexicon import add_variants
 from ehrgym.bench.templates.base import Evidence, Premise, Template, TimeWindow
 from ehrgym.bench.templates.registry import register
@@ -28,33 +35,10 @@ YES_NO = AnswerSpec("boolean")
 APR_BOUNDS = (1.0, 4.0)  # APR-DRG severity of illness / risk of mortality subclasses
 AGE_BOUNDS = (0.0, 91.0)  # MIMIC-IV anchor_age tops out at 91
 
-# Clinically notable conditions (real ICD-9 / ICD-10 codes, stored without dots as in MIMIC-IV):
-# the diagnoses the questions name. Comorbidity fillers (GERD, obesity …) are left out on purpose.
-CONDITION_CODES: tuple[str, ...] = (
-    "A419", "0389", "R6520", "99592", "R6521", "78552",  # sepsis, severe sepsis, septic shock
-    "N179", "5849",  # acute kidney failure
-    "I5023", "I509", "4280",  # heart failure
-    "J189", "486",  # pneumonia
-    "E119", "E1165", "25000",  # type 2 diabetes
-    "J449", "496",  # COPD
-    "K922", "5789",  # gastrointestinal hemorrhage
-    "I639", "43491",  # cerebral infarction
-    "I10", "4019",  # essential hypertension
-    "I4891", "I480", "42731",  # atrial fibrillation
-    "N390", "5990",  # urinary tract infection
-    "K7469", "K7030", "5715", "5712",  # cirrhosis
-    "J9601", "51881",  # acute respiratory failure
-    "N189", "5859",  # chronic kidney disease
-)
-INFECTION_CODES: tuple[str, ...] = ("A419", "0389", "R6520", "99592", "R6521", "78552", "J189", "486", "N390", "5990")
-
-
-def _codes(codes: tuple[str, ...]) -> str:
-    return ", ".join(f"'{c}'" for c in codes)
-
-
-CONDITIONS_SQL = _codes(CONDITION_CODES)
-INFECTIONS_SQL = _codes(INFECTION_CODES)
+# Conditions as concepts: every ICD-9/ICD-10 code under a concept's prefixes (alias ``dx``).
+DX_CONCEPTS = relation("diagnosis") + " dx(concept, icd_version, prefix)"
+DX_CONCEPT_JOIN = ("JOIN " + DX_CONCEPTS + " ON dx.icd_version = e.icd_version AND starts_with(e.icd_code, dx.prefix)")
+INFECTIONS = "('sepsis', 'pneumonia', 'urinary tract infection')"  # infection concepts (antibiotic cohorts)
 
 DX_JOIN = "JOIN mimiciv_hosp.d_icd_diagnoses d ON d.icd_code = e.icd_code AND d.icd_version = e.icd_version"
 PX_JOIN = "JOIN mimiciv_hosp.d_icd_procedures d ON d.icd_code = e.icd_code AND d.icd_version = e.icd_version"
@@ -69,42 +53,6 @@ PX_EVIDENCE = dict(table="procedures_icd", key=("hadm_id", "seq_num"))
 # misspellings and abbreviations people write (names shared with another module use the same forms,
 # so the lexicon does not depend on which modules a process imported)
 DIAGNOSIS_VARIANTS: dict[str, tuple[str, ...]] = {
-    "Sepsis, unspecified organism": ("sepis, unspecified organism", "sepsis NOS", "Sepsis unspecified organsim"),
-    "Unspecified septicemia": ("septicaemia", "unspecified septicemia NOS", "unspecifed septicemia"),
-    "Severe sepsis": ("sever sepsis", "severe sepis"),
-    "Severe sepsis without septic shock": ("severe sepsis w/o shock", "severe sepis without septic shock"),
-    "Septic shock": ("septic shok", "sepsis with shock"),
-    "Severe sepsis with septic shock": ("severe sepsis w/ septic shock", "sever sepsis with septic shock"),
-    "Acute kidney failure, unspecified": ("AKI", "acute renal failure", "acute kidney failiure"),
-    "Congestive heart failure, unspecified": ("CHF", "congestive heart failur", "congestive cardiac failure"),
-    "Heart failure, unspecified": ("HF", "heart faliure", "heart failure NOS"),
-    "Acute on chronic systolic (congestive) heart failure": ("acute on chronic systolic CHF",
-                                                             "acute on chronic HFrEF"),
-    "Pneumonia, unspecified organism": ("PNA", "pnuemonia, unspecified organism", "pneumonia NOS"),
-    "Pneumonia, organism unspecified": ("PNA", "pnuemonia, organism unspecified", "pneumonia NOS"),
-    "Type 2 diabetes mellitus without complications": ("T2DM", "DM2 without complications",
-                                                       "type 2 diabetis mellitus without complications"),
-    "Type 2 diabetes mellitus with hyperglycemia": ("T2DM with hyperglycemia", "type 2 diabetes w hyperglycaemia"),
-    "Chronic obstructive pulmonary disease, unspecified": ("COPD", "chronic obstructive pulmonary diseas"),
-    "Chronic airway obstruction, not elsewhere classified": ("COPD", "chronic airway obstruction NEC"),
-    "Gastrointestinal hemorrhage, unspecified": ("GI bleed", "gastrointestinal haemorrhage, unspecified"),
-    "Hemorrhage of gastrointestinal tract, unspecified": ("GI bleed", "GI hemorrhage",
-                                                          "haemorrhage of gastrointestinal tract"),
-    "Cerebral infarction, unspecified": ("ischemic stroke", "CVA", "cerebral infraction, unspecified"),
-    "Cerebral artery occlusion, unspecified with cerebral infarction": ("ischemic stroke", "CVA"),
-    "Essential (primary) hypertension": ("HTN", "essential hypertention", "primary hypertension"),
-    "Unspecified essential hypertension": ("HTN", "essential hypertension NOS", "unspecified essential hypertention"),
-    "Unspecified atrial fibrillation": ("afib", "AF", "unspecified atrial fibrilation"),
-    "Atrial fibrillation": ("afib", "A-fib", "atrial fibrilation"),
-    "Paroxysmal atrial fibrillation": ("paroxysmal afib", "PAF", "paroxismal atrial fibrillation"),
-    "Urinary tract infection, site not specified": ("UTI", "urinary tract infecton, site not specified"),
-    "Other cirrhosis of liver": ("liver cirrhosis", "other cirrosis of liver"),
-    "Cirrhosis of liver without mention of alcohol": ("non-alcoholic cirrhosis", "cirrosis of liver"),
-    "Alcoholic cirrhosis of liver without ascites": ("alcoholic cirrhosis", "EtOH cirrhosis without ascites"),
-    "Alcoholic cirrhosis of liver": ("EtOH cirrhosis", "alcoholic cirrosis of liver"),
-    "Acute respiratory failure with hypoxia": ("hypoxic respiratory failure", "acute hypoxemic respiratory failure"),
-    "Acute respiratory failure": ("ARF", "acute resp failure", "acute respiratory faliure"),
-    "Chronic kidney disease, unspecified": ("CKD", "chronic kidney diseas", "chronic renal disease"),
     # procedures
     "Insertion of endotracheal tube": ("intubation", "ETT insertion", "insertion of endotrachial tube"),
     "Transfusion of packed cells": ("PRBC transfusion", "blood transfusion", "transfusion of packed red cells"),
@@ -196,22 +144,18 @@ WHERE a.subject_id = {subject_id} AND a.hadm_id = {hadm_id}""",
         # about as many 'no' (a condition of the admission's ICD version it does not carry) as 'yes'
         sampler_sql=f"""
 WITH adm AS (
-  SELECT subject_id, hadm_id, max(icd_version) AS icd_version
-  FROM mimiciv_hosp.diagnoses_icd WHERE hadm_id IS NOT NULL GROUP BY subject_id, hadm_id
+  SELECT DISTINCT subject_id, hadm_id FROM mimiciv_hosp.diagnoses_icd WHERE hadm_id IS NOT NULL
 ), present AS (
-  SELECT DISTINCT hadm_id, icd_code, icd_version FROM mimiciv_hosp.diagnoses_icd WHERE icd_code IN ({CONDITIONS_SQL})
-), titles AS (
-  SELECT icd_code, icd_version, long_title FROM mimiciv_hosp.d_icd_diagnoses WHERE icd_code IN ({CONDITIONS_SQL})
-)
-SELECT a.subject_id, a.hadm_id, t.long_title AS title
-FROM adm a
-JOIN titles t ON t.icd_version = a.icd_version
-LEFT JOIN present p ON p.hadm_id = a.hadm_id AND p.icd_code = t.icd_code AND p.icd_version = t.icd_version
-WHERE p.hadm_id IS NOT NULL OR hash(a.hadm_id, t.icd_code) % 8 = 0""",
+  SELECT DISTINCT e.hadm_id, dx.concept FROM mimiciv_hosp.diagnoses_icd e {DX_CONCEPT_JOIN}
+), conditions AS (SELECT DISTINCT concept FROM present)
+SELECT a.subject_id, a.hadm_id, c.concept AS title
+FROM adm a CROSS JOIN conditions c
+LEFT JOIN present p ON p.hadm_id = a.hadm_id AND p.concept = c.concept
+WHERE p.hadm_id IS NOT NULL OR hash(a.hadm_id, c.concept) % 5 = 0""",
         gold_sql="""SELECT count(*) > 0
 FROM {diagnoses_icd} e
-""" + DX_JOIN + """
-WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id} AND d.long_title = {title}""",
+""" + DX_CONCEPT_JOIN + """
+WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id} AND dx.concept = {title}""",
         answer=YES_NO,
         # the evidence is the admission's whole code list: without it, "no" cannot be told from "not coded"
         evidence=Evidence(**DX_EVIDENCE, where="e.hadm_id = {hadm_id}"),
@@ -338,25 +282,26 @@ WHERE a.subject_id = {subject_id} AND a.hadm_id = {hadm_id} AND e.drg_type = 'AP
 
 # ---------------------------------------------------------------- population level
 
+# (year, condition) with admissions coded; per admission once (an admission may carry several codes)
 YEAR_TITLE_SAMPLER = f"""
-SELECT extract(year FROM a.admittime) AS year, d.long_title AS title
+SELECT extract(year FROM a.admittime) AS year, dx.concept AS title
 FROM mimiciv_hosp.diagnoses_icd e
-{DX_JOIN}
+{DX_CONCEPT_JOIN}
 JOIN mimiciv_hosp.admissions a ON a.hadm_id = e.hadm_id
-WHERE e.icd_code IN ({CONDITIONS_SQL})
 GROUP BY ALL
-HAVING count(*) BETWEEN {{lo}} AND 400{{extra}}"""
+HAVING count(DISTINCT a.hadm_id) BETWEEN {{lo}} AND 400{{extra}}"""
 
-COHORT_DX_FILTER = f"""
-{DX_JOIN}
-JOIN mimiciv_hosp.admissions a ON a.hadm_id = e.hadm_id
-WHERE d.long_title = {{title}} AND extract(year FROM a.admittime) = {{year}}"""
+# the admissions of a year coded with a condition, each once
+COHORT_ADMISSIONS = """
+  SELECT DISTINCT e.hadm_id
+  FROM {diagnoses_icd} e
+  """ + DX_CONCEPT_JOIN + """
+  JOIN mimiciv_hosp.admissions a ON a.hadm_id = e.hadm_id
+  WHERE dx.concept = {title} AND extract(year FROM a.admittime) = {year}"""
 
-# cohort membership as equi-joins (fast set-based profiling), not correlated sub-queries
-TITLE_JOIN = "JOIN mimiciv_hosp.d_icd_diagnoses t ON t.icd_code = e.icd_code AND t.icd_version = e.icd_version"
 ADMISSION_JOIN = "JOIN mimiciv_hosp.admissions a ON a.hadm_id = e.hadm_id"
-DX_COHORT_EVIDENCE = Evidence(**DX_EVIDENCE, join=f"{TITLE_JOIN} {ADMISSION_JOIN}",
-                              where="t.long_title = {title} AND extract(year FROM a.admittime) = {year}")
+DX_COHORT_EVIDENCE = Evidence(**DX_EVIDENCE, join=f"{DX_CONCEPT_JOIN} {ADMISSION_JOIN}",
+                              where="dx.concept = {title} AND extract(year FROM a.admittime) = {year}")
 
 register(
     DiagnosisTemplate(
@@ -404,9 +349,10 @@ SELECT long_title FROM per_title WHERE n = (SELECT max(n) FROM per_title) ORDER 
             "Count the admissions starting in {year} with the ICD diagnosis {title}.",
         ),
         sampler_sql=YEAR_TITLE_SAMPLER.format(lo=2, extra=""),
-        gold_sql="SELECT count(*)\nFROM {diagnoses_icd} e" + COHORT_DX_FILTER,
+        gold_sql="SELECT count(*) FROM (" + COHORT_ADMISSIONS + "\n)",
         answer=COUNT, evidence=DX_COHORT_EVIDENCE,
-        noise=("duplicate_records", "temporal_mismatch", "lexical_variation", "out_of_scope"),
+        # (no duplicate records: a re-stored code leaves the number of admissions unchanged)
+        noise=("temporal_mismatch", "lexical_variation", "out_of_scope"),
         lexical="title", time_window=YEAR_WINDOW, description="number of admissions with a diagnosis in a year",
     ),
     DiagnosisTemplate(
@@ -418,11 +364,11 @@ SELECT long_title FROM per_title WHERE n = (SELECT max(n) FROM per_title) ORDER 
             "Average length of stay in days for {title} admissions starting in {year}?",
         ),
         sampler_sql=YEAR_TITLE_SAMPLER.format(lo=2, extra=" AND count(DISTINCT a.dischtime - a.admittime) >= 2"),
-        # an average of integer minutes: exact, so the same on any thread count
-        gold_sql="SELECT avg(date_diff('minute', a.admittime, a.dischtime)) / 1440.0\nFROM {diagnoses_icd} e"
-                 + COHORT_DX_FILTER,
+        # whole seconds summed exactly (doubles below 2^53), so the same on any thread count
+        gold_sql="SELECT avg(epoch(a.dischtime) - epoch(a.admittime)) / 86400.0\nFROM mimiciv_hosp.admissions a\n"
+                 "WHERE a.hadm_id IN (" + COHORT_ADMISSIONS + "\n)",
         answer=MEAN, evidence=DX_COHORT_EVIDENCE,
-        noise=("missing_evidence", "duplicate_records", "temporal_mismatch", "lexical_variation", "out_of_scope"),
+        noise=("missing_evidence", "temporal_mismatch", "lexical_variation", "out_of_scope"),
         lexical="title", time_window=YEAR_WINDOW, description="mean length of stay of admissions with a diagnosis",
     ),
     DiagnosisTemplate(
@@ -435,9 +381,10 @@ SELECT long_title FROM per_title WHERE n = (SELECT max(n) FROM per_title) ORDER 
         ),
         sampler_sql=YEAR_TITLE_SAMPLER.format(
             lo=2, extra=" AND sum(a.hospital_expire_flag) BETWEEN 1 AND count(*) - 1"),
-        gold_sql="SELECT 100.0 * avg(a.hospital_expire_flag)\nFROM {diagnoses_icd} e" + COHORT_DX_FILTER,
+        gold_sql="SELECT 100.0 * avg(a.hospital_expire_flag)\nFROM mimiciv_hosp.admissions a\n"
+                 "WHERE a.hadm_id IN (" + COHORT_ADMISSIONS + "\n)",
         answer=MEAN, evidence=DX_COHORT_EVIDENCE,
-        noise=("missing_evidence", "duplicate_records", "temporal_mismatch", "lexical_variation", "out_of_scope"),
+        noise=("missing_evidence", "temporal_mismatch", "lexical_variation", "out_of_scope"),
         lexical="title", time_window=YEAR_WINDOW, description="in-hospital mortality of admissions with a diagnosis",
     ),
     DiagnosisTemplate(
@@ -450,11 +397,10 @@ SELECT long_title FROM per_title WHERE n = (SELECT max(n) FROM per_title) ORDER 
         ),
         sampler_sql=f"""
 WITH coded AS (
-  SELECT e.hadm_id, extract(year FROM a.admittime) AS year, d.long_title AS title
+  SELECT DISTINCT e.hadm_id, extract(year FROM a.admittime) AS year, dx.concept AS title
   FROM mimiciv_hosp.diagnoses_icd e
-  {DX_JOIN}
+  {DX_CONCEPT_JOIN}
   JOIN mimiciv_hosp.admissions a ON a.hadm_id = e.hadm_id
-  WHERE e.icd_code IN ({CONDITIONS_SQL})
 )
 SELECT c.year, c.title AS cohort, o.title
 FROM coded c
@@ -467,24 +413,25 @@ HAVING count(*) BETWEEN 1 AND 400""",
         gold_sql=f"""WITH cohort AS (
   SELECT DISTINCT c.hadm_id
   FROM mimiciv_hosp.diagnoses_icd c
-  JOIN mimiciv_hosp.d_icd_diagnoses cd ON cd.icd_code = c.icd_code AND cd.icd_version = c.icd_version
+  JOIN {DX_CONCEPTS.replace(" dx(", " cx(")} ON cx.icd_version = c.icd_version AND starts_with(c.icd_code, cx.prefix)
   JOIN mimiciv_hosp.admissions a ON a.hadm_id = c.hadm_id
-  WHERE cd.long_title = {{cohort}} AND extract(year FROM a.admittime) = {{year}}
+  WHERE cx.concept = {{cohort}} AND extract(year FROM a.admittime) = {{year}}
 ), also AS (
-  SELECT e.hadm_id
+  SELECT DISTINCT e.hadm_id
   FROM {{diagnoses_icd}} e
-  {DX_JOIN}
-  WHERE d.long_title = {{title}} AND e.hadm_id IN (SELECT hadm_id FROM cohort)
+  {DX_CONCEPT_JOIN}
+  WHERE dx.concept = {{title}} AND e.hadm_id IN (SELECT hadm_id FROM cohort)
 )
 SELECT 100.0 * (SELECT count(*) FROM also) / (SELECT count(*) FROM cohort)""",
         answer=MEAN,
-        evidence=Evidence(**DX_EVIDENCE, join=TITLE_JOIN + """
-JOIN (SELECT DISTINCT c.hadm_id, cd.long_title, extract(year FROM a.admittime) AS year
+        evidence=Evidence(**DX_EVIDENCE, join=DX_CONCEPT_JOIN + f"""
+JOIN (SELECT DISTINCT c.hadm_id, cx.concept, extract(year FROM a.admittime) AS year
       FROM mimiciv_hosp.diagnoses_icd c
-      JOIN mimiciv_hosp.d_icd_diagnoses cd ON cd.icd_code = c.icd_code AND cd.icd_version = c.icd_version
+      JOIN {DX_CONCEPTS.replace(" dx(", " cx(")} ON cx.icd_version = c.icd_version AND starts_with(c.icd_code, cx.prefix)
       JOIN mimiciv_hosp.admissions a ON a.hadm_id = c.hadm_id) k ON k.hadm_id = e.hadm_id""",
-                          where="t.long_title = {title} AND k.long_title = {cohort} AND k.year = {year}"),
-        noise=("duplicate_records", "temporal_mismatch", "lexical_variation", "out_of_scope"),
+                          where="dx.concept = {title} AND k.concept = {cohort} AND k.year = {year}"),
+        # (no duplicate records: admissions are counted once)
+        noise=("temporal_mismatch", "lexical_variation", "out_of_scope"),
         lexical="title", time_window=YEAR_WINDOW,
         description="share of a diagnosis cohort with a second diagnosis (e.g. AKI among sepsis)",
     ),
@@ -523,21 +470,22 @@ WHERE e.drg_type = 'APR' AND e.description = {description} AND extract(year FROM
             "Average age (years, at admission) over the {title} admissions starting in {year}?",
         ),
         sampler_sql=YEAR_TITLE_SAMPLER.format(lo=2, extra=""),
-        gold_sql="""SELECT avg(e.anchor_age + extract(year FROM a.admittime) - e.anchor_year)
-FROM {patients} e
+        gold_sql=f"""SELECT avg(e.anchor_age + extract(year FROM a.admittime) - e.anchor_year)
+FROM {{patients}} e
 JOIN mimiciv_hosp.admissions a ON a.subject_id = e.subject_id
-JOIN mimiciv_hosp.diagnoses_icd di ON di.hadm_id = a.hadm_id
-JOIN mimiciv_hosp.d_icd_diagnoses d ON d.icd_code = di.icd_code AND d.icd_version = di.icd_version
-WHERE d.long_title = {title} AND extract(year FROM a.admittime) = {year}""",
+WHERE extract(year FROM a.admittime) = {{year}} AND a.hadm_id IN (
+  SELECT di.hadm_id FROM mimiciv_hosp.diagnoses_icd di
+  JOIN {DX_CONCEPTS} ON dx.icd_version = di.icd_version AND starts_with(di.icd_code, dx.prefix)
+  WHERE dx.concept = {{title}})""",
         answer=MEAN,
         evidence=Evidence(table="patients", key=("subject_id",), value_col="anchor_age", bounds=AGE_BOUNDS,
-                          join="""JOIN (
-      SELECT DISTINCT a.subject_id, d.long_title, extract(year FROM a.admittime) AS year
+                          join=f"""JOIN (
+      SELECT DISTINCT a.subject_id, dx.concept, extract(year FROM a.admittime) AS year
       FROM mimiciv_hosp.admissions a
       JOIN mimiciv_hosp.diagnoses_icd di ON di.hadm_id = a.hadm_id
-      JOIN mimiciv_hosp.d_icd_diagnoses d ON d.icd_code = di.icd_code AND d.icd_version = di.icd_version
+      JOIN {DX_CONCEPTS} ON dx.icd_version = di.icd_version AND starts_with(di.icd_code, dx.prefix)
      ) k ON k.subject_id = e.subject_id""",
-                          where="k.long_title = {title} AND k.year = {year}"),
+                          where="k.concept = {title} AND k.year = {year}"),
         noise=("missing_evidence", "duplicate_records", "implausible_value", "temporal_mismatch", "lexical_variation",
                "out_of_scope"),
         lexical="title", time_window=YEAR_WINDOW, description="mean age at admission of a diagnosis cohort",

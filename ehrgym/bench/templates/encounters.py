@@ -1,8 +1,16 @@
-"""Encounter questions: admissions, ICU stays, transfers, length of stay, demographics."""
+"""Encounter questions: admissions, ICU stays, transfers, length of stay, demographics.
+
+Admission types and care units are named as clinicians name them ("emergency admissions", "the
+medical ICU"): ``{admission_type}`` / ``{first_careunit}`` are concepts of ``ehrgym.bench.concepts``
+and the SQL matches every database value of the concept ("emergency" = ``EW EMER.`` and ``DIRECT
+EMER.``). Durations are exact to the second (``epoch`` differences), not counted in minute
+boundaries; "first care unit" skips the emergency department (``ED_CAREUNITS``).
+"""
 
 from __future__ import annotations
 
 from ehrgym.bench.answers import AnswerSpec
+from ehrgym.bench.concepts import ED_CAREUNITS, relation
 from ehrgym.bench.templates.base import ADMISSION_WINDOW, Evidence, Template, TimeWindow
 from ehrgym.bench.templates.registry import register
 
@@ -14,6 +22,10 @@ AGE_BOUNDS = (0.0, 91.0)  # MIMIC-IV anchor_age tops out at 91
 
 ADMISSIONS_SCOPE = "SELECT min(admittime), max(dischtime) FROM mimiciv_hosp.admissions"
 ICU_SCOPE = "SELECT min(intime), max(outtime) FROM mimiciv_icu.icustays"
+ADM_TYPE_JOIN = ("JOIN " + relation("admission_type") + " adt(concept, admission_type) "
+                 "ON adt.admission_type = e.admission_type")
+UNIT_JOIN = "JOIN " + relation("careunit") + " cu(concept, careunit) ON cu.careunit = e.first_careunit"
+NOT_ED = "e.careunit NOT IN (" + ", ".join(f"'{u}'" for u in ED_CAREUNITS) + ")"
 
 register(
     Template(
@@ -41,7 +53,7 @@ register(
             "Time in hours between admission {hadm_id} of patient {subject_id} and the patient's first ICU in-time?",
         ),
         sampler_sql="SELECT DISTINCT subject_id, hadm_id FROM mimiciv_icu.icustays",
-        gold_sql="""SELECT date_diff('minute', a.admittime, min(e.intime)) / 60.0
+        gold_sql="""SELECT (epoch(min(e.intime)) - epoch(a.admittime)) / 3600.0
 FROM mimiciv_hosp.admissions a
 JOIN {icustays} e ON e.hadm_id = a.hadm_id
 WHERE a.subject_id = {subject_id} AND a.hadm_id = {hadm_id}
@@ -56,20 +68,23 @@ GROUP BY a.admittime""",
     Template(
         id="encounters.first_careunit", intent="encounters", level="patient",
         paraphrases=(
-            "To which care unit was patient {subject_id} first admitted (after the ED) during admission {hadm_id}?",
-            "What was the first ward or unit of patient {subject_id}'s hospital admission {hadm_id}?",
+            "To which care unit was patient {subject_id} first admitted after the emergency department during "
+            "admission {hadm_id}?",
+            "What was the first ward or unit (not the emergency department or its observation unit) of patient "
+            "{subject_id}'s hospital admission {hadm_id}?",
             "In admission {hadm_id}, where was patient {subject_id} first placed (care unit, not the ED)?",
         ),
-        sampler_sql="""SELECT DISTINCT subject_id, hadm_id FROM mimiciv_hosp.transfers
-WHERE eventtype IN ('admit', 'transfer') AND hadm_id IS NOT NULL""",
-        gold_sql="""SELECT e.careunit
-FROM {transfers} e
-WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id}
-  AND e.eventtype IN ('admit', 'transfer')
+        sampler_sql=f"""SELECT DISTINCT subject_id, hadm_id FROM mimiciv_hosp.transfers e
+WHERE eventtype IN ('admit', 'transfer') AND hadm_id IS NOT NULL AND careunit IS NOT NULL AND {NOT_ED}""",
+        gold_sql=f"""SELECT e.careunit
+FROM {{transfers}} e
+WHERE e.subject_id = {{subject_id}} AND e.hadm_id = {{hadm_id}}
+  AND e.eventtype IN ('admit', 'transfer') AND e.careunit IS NOT NULL AND {NOT_ED}
 ORDER BY e.intime
 LIMIT 1""",
         answer=AnswerSpec("string"),
-        evidence=Evidence(table="transfers", where="e.hadm_id = {hadm_id} AND e.eventtype IN ('admit', 'transfer')",
+        evidence=Evidence(table="transfers", where="e.hadm_id = {hadm_id} AND e.eventtype IN ('admit', 'transfer') "
+                                                   f"AND e.careunit IS NOT NULL AND {NOT_ED}",
                           key=("hadm_id", "intime"), id_col="transfer_id", time_col="intime",
                           window=ADMISSION_WINDOW, category_col="careunit", focus="first", aggregate=False),
         noise=("missing_evidence", "out_of_window", "conflicting_records", "nonexistent_entity", "out_of_scope"),
@@ -80,7 +95,7 @@ LIMIT 1""",
         paraphrases=(
             "How many times was patient {subject_id} moved between care units during admission {hadm_id}?",
             "Count the unit-to-unit transfers of patient {subject_id} in hospital admission {hadm_id}.",
-            "During admission {hadm_id}, how many transfers (eventtype 'transfer') did patient {subject_id} have?",
+            "During admission {hadm_id}, how many transfers from one unit to another did patient {subject_id} have?",
         ),
         sampler_sql="""SELECT subject_id, hadm_id FROM mimiciv_hosp.transfers
 WHERE eventtype = 'transfer' AND hadm_id IS NOT NULL GROUP BY ALL""",
@@ -123,16 +138,20 @@ register(
         id="encounters.cohort_mean_los", intent="encounters", level="population",
         paraphrases=(
             "What was the mean hospital length of stay, in days, of {admission_type} admissions that began in {year}?",
-            "Average length of stay (days) of admissions of type {admission_type} starting in {year}?",
+            "Average length of stay (days) of the {admission_type} admissions starting in {year}?",
             "For {admission_type} admissions admitted in {year}, how many days did patients stay on average?",
         ),
-        sampler_sql="""SELECT extract(year FROM admittime) AS year, admission_type FROM mimiciv_hosp.admissions
+        sampler_sql=f"""SELECT extract(year FROM e.admittime) AS year, adt.concept AS admission_type
+FROM mimiciv_hosp.admissions e {ADM_TYPE_JOIN}
 GROUP BY ALL HAVING count(*) BETWEEN 2 AND 300""",
-        gold_sql="""SELECT avg(date_diff('minute', e.admittime, e.dischtime) / 1440.0)
+        # whole seconds summed exactly (doubles below 2^53), so the same on any thread count
+        gold_sql="""SELECT avg(epoch(e.dischtime) - epoch(e.admittime)) / 86400.0
 FROM {admissions} e
-WHERE e.admission_type = {admission_type} AND extract(year FROM e.admittime) = {year}""",
+""" + ADM_TYPE_JOIN + """
+WHERE adt.concept = {admission_type} AND extract(year FROM e.admittime) = {year}""",
         answer=HOURS,
-        evidence=Evidence(table="admissions", where="e.admission_type = {admission_type} AND extract(year FROM e.admittime) = {year}",
+        evidence=Evidence(table="admissions", join=ADM_TYPE_JOIN,
+                          where="adt.concept = {admission_type} AND extract(year FROM e.admittime) = {year}",
                           key=("subject_id", "admittime"), id_col="hadm_id", time_col="admittime", focus="last",
                           aggregate=True),
         noise=("duplicate_records", "missing_evidence", "temporal_mismatch", "lexical_variation", "out_of_scope"),
@@ -191,17 +210,20 @@ SELECT first_careunit FROM per_unit WHERE n = (SELECT max(n) FROM per_unit)""",
         id="encounters.cohort_mean_icu_los", intent="encounters", level="population",
         paraphrases=(
             "What was the mean ICU length of stay (days) of stays that began in {year} in the {first_careunit}?",
-            "Average ICU LOS in days for {first_careunit} stays starting in {year}?",
-            "For ICU stays of {year} whose first care unit was {first_careunit}, what was the mean length of stay "
+            "Average ICU LOS in days for the {first_careunit} stays starting in {year}?",
+            "For ICU stays of {year} whose first care unit was the {first_careunit}, what was the mean length of stay "
             "in days?",
         ),
-        sampler_sql="""SELECT extract(year FROM intime) AS year, first_careunit FROM mimiciv_icu.icustays
-WHERE los IS NOT NULL GROUP BY ALL HAVING count(*) BETWEEN 2 AND 300""",
+        sampler_sql=f"""SELECT extract(year FROM e.intime) AS year, cu.concept AS first_careunit
+FROM mimiciv_icu.icustays e {UNIT_JOIN}
+WHERE e.los IS NOT NULL GROUP BY ALL HAVING count(*) BETWEEN 2 AND 300""",
         gold_sql="""SELECT avg(e.los)
 FROM {icustays} e
-WHERE e.first_careunit = {first_careunit} AND extract(year FROM e.intime) = {year}""",
+""" + UNIT_JOIN + """
+WHERE cu.concept = {first_careunit} AND extract(year FROM e.intime) = {year}""",
         answer=HOURS,
-        evidence=Evidence(table="icustays", where="e.first_careunit = {first_careunit} AND extract(year FROM e.intime) = {year}",
+        evidence=Evidence(table="icustays", join=UNIT_JOIN,
+                          where="cu.concept = {first_careunit} AND extract(year FROM e.intime) = {year}",
                           key=("subject_id", "intime"), id_col="stay_id", time_col="intime", value_col="los",
                           bounds=ICU_LOS_BOUNDS, focus="any", aggregate=True),
         noise=("duplicate_records", "conflicting_records", "implausible_value", "missing_evidence",
@@ -213,20 +235,23 @@ WHERE e.first_careunit = {first_careunit} AND extract(year FROM e.intime) = {yea
         id="encounters.cohort_readmitted_patients", intent="encounters", level="population",
         paraphrases=(
             "How many distinct patients had more than one {admission_type} admission beginning in {year}?",
-            "In {year}, how many patients were admitted at least twice with admission type {admission_type}?",
+            "In {year}, how many patients had at least two {admission_type} admissions?",
             "Count the patients with two or more {admission_type} admissions that started in {year}.",
         ),
-        sampler_sql="""SELECT extract(year FROM admittime) AS year, admission_type FROM mimiciv_hosp.admissions
+        sampler_sql=f"""SELECT extract(year FROM e.admittime) AS year, adt.concept AS admission_type
+FROM mimiciv_hosp.admissions e {ADM_TYPE_JOIN}
 GROUP BY ALL HAVING count(*) BETWEEN 2 AND 300""",
         gold_sql="""SELECT count(*) FROM (
   SELECT e.subject_id
   FROM {admissions} e
-  WHERE e.admission_type = {admission_type} AND extract(year FROM e.admittime) = {year}
+  """ + ADM_TYPE_JOIN + """
+  WHERE adt.concept = {admission_type} AND extract(year FROM e.admittime) = {year}
   GROUP BY e.subject_id
   HAVING count(*) > 1
 )""",
         answer=COUNT,
-        evidence=Evidence(table="admissions", where="e.admission_type = {admission_type} AND extract(year FROM e.admittime) = {year}",
+        evidence=Evidence(table="admissions", join=ADM_TYPE_JOIN,
+                          where="adt.concept = {admission_type} AND extract(year FROM e.admittime) = {year}",
                           key=("subject_id", "admittime"), id_col="hadm_id", time_col="admittime", focus="first",
                           aggregate=True),
         noise=("duplicate_records", "temporal_mismatch", "lexical_variation", "out_of_scope"),

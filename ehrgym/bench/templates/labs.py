@@ -2,18 +2,26 @@
 
 Every template reads its evidence table through the placeholder ``{labevents}`` so that the
 builder can substitute the plain table (clean / naive SQL) or a cleaning sub-query (robust SQL of
-recoverable noise). Names the question mentions (``{label}``) are matched in SQL through the
-dictionary table, so a misspelled name really breaks a credulous agent's query.
+recoverable noise). Questions name a lab as a clinician does ("serum potassium", "blood gas pH",
+"hemoglobin"): ``{label}`` is the clinical name of a reviewed concept of ``ehrgym.bench.concepts``
+(domain ``lab``), and the gold SQL matches the concept's full item set through the concept
+relation filtered by that name (``cpt.concept = {label}``) — so the answer covers every item the
+words mean (CBC and blood-gas hemoglobin), excludes what they do not (urine pH, whole-blood
+potassium), and a misspelled or abbreviated name finds nothing in a credulous agent's query.
+``{itemid}`` is the concept's primary item: its plausibility bounds and unit conversions apply.
 """
 
 from __future__ import annotations
 
 from ehrgym.bench.answers import AnswerSpec
+from ehrgym.bench.concepts import primary_items, relation
 from ehrgym.bench.templates.base import ADMISSION_WINDOW, Evidence, Premise, Template, TimeWindow
 from ehrgym.bench.templates.registry import register
 from ehrgym.db.items import items_for_table
 
-LAB_IDS = ", ".join(str(r.itemid) for r in sorted(items_for_table("labevents"), key=lambda r: r.itemid))
+LAB_CONCEPTS = relation("lab") + " cpt(concept, itemid)"  # every reviewed lab concept and its items
+LAB_PRIMARY = primary_items("lab") + " p(concept, itemid)"  # concept -> the item its bounds/units come from
+CONCEPT_JOIN = "JOIN " + LAB_CONCEPTS + " ON cpt.itemid = e.itemid"
 
 NUMBER = AnswerSpec("number")
 MEAN = AnswerSpec("number", rel_tol=1e-3, abs_tol=0.01, decimals=2)
@@ -25,31 +33,35 @@ ALL_VALUE = ("missing_evidence", "out_of_window", "conflicting_records", "implau
 
 # one (subject, admission, blood test) with at least two results
 ADMISSION_ITEM_SAMPLER = f"""
-SELECT e.subject_id, e.hadm_id, e.itemid, d.label
+SELECT e.subject_id, e.hadm_id, p.itemid, cpt.concept AS label
 FROM mimiciv_hosp.labevents e
-JOIN mimiciv_hosp.d_labitems d ON d.itemid = e.itemid
-WHERE e.itemid IN ({LAB_IDS}) AND e.hadm_id IS NOT NULL
-GROUP BY e.subject_id, e.hadm_id, e.itemid, d.label
+{CONCEPT_JOIN}
+JOIN {LAB_PRIMARY} ON p.concept = cpt.concept
+WHERE e.hadm_id IS NOT NULL
+GROUP BY ALL
 HAVING count(*) >= 2
 """
 
 ADMISSION_EVIDENCE = dict(
-    table="labevents", where="e.subject_id = {subject_id} AND e.hadm_id = {hadm_id} AND e.itemid = {itemid}",
+    table="labevents", join=CONCEPT_JOIN,
+    where="e.subject_id = {subject_id} AND e.hadm_id = {hadm_id} AND cpt.concept = {label}",
     key=("subject_id", "itemid", "charttime"), id_col="labevent_id", time_col="charttime", value_col="valuenum",
     text_col="value", unit_col="valueuom", item_col="itemid", item_param="itemid", window=ADMISSION_WINDOW,
     store_col="storetime",
 )
 
+# a lab concept of which the admission has no result at all (but other patients do)
 ADMISSION_PREMISE = Premise("itemid", "label", f"""
-SELECT d.itemid, d.label FROM mimiciv_hosp.d_labitems d
-WHERE d.itemid IN ({LAB_IDS}) AND d.itemid NOT IN (
-    SELECT itemid FROM mimiciv_hosp.labevents WHERE subject_id = {{subject_id}} AND hadm_id = {{hadm_id}})
-ORDER BY d.itemid""")
+SELECT p.itemid, p.concept FROM {LAB_PRIMARY}
+WHERE p.concept NOT IN (
+    SELECT c2.concept FROM mimiciv_hosp.labevents e2 JOIN {relation("lab")} c2(concept, itemid) ON c2.itemid = e2.itemid
+    WHERE e2.subject_id = {{subject_id}} AND e2.hadm_id = {{hadm_id}})
+ORDER BY p.concept""")
 
 ADMISSION_ITEM_FILTER = """
-JOIN mimiciv_hosp.d_labitems d ON d.itemid = e.itemid
+""" + CONCEPT_JOIN + """
 WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id}
-  AND d.itemid = {itemid} AND d.label = {label}"""
+  AND cpt.concept = {label}"""
 
 PATIENT_SCOPE = ("SELECT min(admittime), max(dischtime) FROM mimiciv_hosp.admissions "
                  "WHERE subject_id = {subject_id}")
@@ -153,34 +165,34 @@ register(
             "Between {t0} and {t1}, what was patient {subject_id}'s average {label}?",
         ),
         sampler_sql=f"""
-SELECT a.subject_id, e.itemid, d.label,
+SELECT a.subject_id, p.itemid, cpt.concept AS label,
        date_trunc('minute', a.admittime) AS t0, date_trunc('minute', a.admittime) + INTERVAL 72 HOUR AS t1
 FROM mimiciv_hosp.admissions a
 JOIN mimiciv_hosp.labevents e ON e.hadm_id = a.hadm_id
-JOIN mimiciv_hosp.d_labitems d ON d.itemid = e.itemid
-WHERE e.itemid IN ({LAB_IDS})
-  AND e.charttime BETWEEN date_trunc('minute', a.admittime) AND date_trunc('minute', a.admittime) + INTERVAL 72 HOUR
+{CONCEPT_JOIN}
+JOIN {LAB_PRIMARY} ON p.concept = cpt.concept
+WHERE e.charttime BETWEEN date_trunc('minute', a.admittime) AND date_trunc('minute', a.admittime) + INTERVAL 72 HOUR
 GROUP BY ALL
 HAVING count(*) >= 2""",
         gold_sql="""SELECT avg(e.valuenum)
 FROM {labevents} e
-JOIN mimiciv_hosp.d_labitems d ON d.itemid = e.itemid
-WHERE e.subject_id = {subject_id} AND d.itemid = {itemid} AND d.label = {label}
+""" + CONCEPT_JOIN + """
+WHERE e.subject_id = {subject_id} AND cpt.concept = {label}
   AND e.charttime BETWEEN {t0} AND {t1}""",
         answer=MEAN,
         evidence=Evidence(**{**ADMISSION_EVIDENCE,
-                             "where": "e.subject_id = {subject_id} AND e.itemid = {itemid} "
+                             "where": "e.subject_id = {subject_id} AND cpt.concept = {label} "
                                       "AND e.charttime BETWEEN {t0} AND {t1}"}, focus="any", aggregate=True),
         noise=("duplicate_records", "conflicting_records", "implausible_value", "unit_mismatch", "encoding_corruption",
                "missing_evidence", "nonexistent_entity", "false_premise", "temporal_mismatch", "lexical_variation",
                "out_of_scope"),
         entity_ref="subject_id", lexical="label",
         premise=Premise("itemid", "label", f"""
-SELECT d.itemid, d.label FROM mimiciv_hosp.d_labitems d
-WHERE d.itemid IN ({LAB_IDS}) AND d.itemid NOT IN (
-    SELECT itemid FROM mimiciv_hosp.labevents
-    WHERE subject_id = {{subject_id}} AND charttime BETWEEN {{t0}} AND {{t1}})
-ORDER BY d.itemid"""),
+SELECT p.itemid, p.concept FROM {LAB_PRIMARY}
+WHERE p.concept NOT IN (
+    SELECT c2.concept FROM mimiciv_hosp.labevents e2 JOIN {relation("lab")} c2(concept, itemid) ON c2.itemid = e2.itemid
+    WHERE e2.subject_id = {{subject_id}} AND e2.charttime BETWEEN {{t0}} AND {{t1}})
+ORDER BY p.concept"""),
         time_window=TimeWindow(PATIENT_SCOPE, start="t0", end="t1"),
         description="mean of a lab test over the first 72 hours of an admission",
     ),
@@ -188,27 +200,33 @@ ORDER BY d.itemid"""),
 
 # ---------------------------------------------------------------- population level
 
+# admission types as a clinician says them ("emergency" = EW EMER. + DIRECT EMER.)
+ADM_TYPES = relation("admission_type") + " adt(concept, admission_type)"
+ADM_TYPE_JOIN = "JOIN " + ADM_TYPES + " ON adt.admission_type = a.admission_type"
+
 COHORT_SAMPLER = f"""
-SELECT extract(year FROM a.admittime) AS year, a.admission_type, e.itemid, d.label
+SELECT extract(year FROM a.admittime) AS year, adt.concept AS admission_type, p.itemid, cpt.concept AS label
 FROM mimiciv_hosp.admissions a
+{ADM_TYPE_JOIN}
 JOIN mimiciv_hosp.labevents e ON e.hadm_id = a.hadm_id
-JOIN mimiciv_hosp.d_labitems d ON d.itemid = e.itemid
-WHERE e.itemid IN ({LAB_IDS})
+{CONCEPT_JOIN}
+JOIN {LAB_PRIMARY} ON p.concept = cpt.concept
 GROUP BY ALL
 HAVING count(*) BETWEEN 3 AND 600
 """
 
 COHORT_EVIDENCE = dict(
     ADMISSION_EVIDENCE,
-    join="JOIN mimiciv_hosp.admissions a ON a.hadm_id = e.hadm_id",
-    where="e.itemid = {itemid} AND a.admission_type = {admission_type} AND extract(year FROM a.admittime) = {year}",
+    join=CONCEPT_JOIN + " JOIN mimiciv_hosp.admissions a ON a.hadm_id = e.hadm_id " + ADM_TYPE_JOIN,
+    where="cpt.concept = {label} AND adt.concept = {admission_type} AND extract(year FROM a.admittime) = {year}",
 )
 
 COHORT_FILTER = """
 JOIN mimiciv_hosp.admissions a ON a.hadm_id = e.hadm_id
-JOIN mimiciv_hosp.d_labitems d ON d.itemid = e.itemid
-WHERE d.itemid = {itemid} AND d.label = {label}
-  AND a.admission_type = {admission_type} AND extract(year FROM a.admittime) = {year}"""
+""" + ADM_TYPE_JOIN + """
+""" + CONCEPT_JOIN + """
+WHERE cpt.concept = {label}
+  AND adt.concept = {admission_type} AND extract(year FROM a.admittime) = {year}"""
 
 POP_NOISE = ("duplicate_records", "out_of_window", "conflicting_records", "implausible_value", "unit_mismatch",
              "encoding_corruption", "missing_evidence", "temporal_mismatch", "lexical_variation", "out_of_scope")
@@ -225,7 +243,7 @@ register(
         id="labs.cohort_mean", intent="labs", level="population",
         paraphrases=(
             "What was the mean {label} over all results from {admission_type} admissions that began in {year}?",
-            "Across every {label} result of admissions of type {admission_type} starting in {year}, what was "
+            "Across every {label} result of {admission_type} admissions starting in {year}, what was "
             "the average value?",
             "Average {label} among {admission_type} admissions admitted in {year}: what was it?",
         ),
@@ -241,7 +259,7 @@ register(
         id="labs.cohort_max", intent="labs", level="population",
         paraphrases=(
             "What was the highest {label} recorded during {admission_type} admissions that began in {year}?",
-            "Among admissions of type {admission_type} starting in {year}, what was the maximum {label}?",
+            "Among {admission_type} admissions starting in {year}, what was the maximum {label}?",
             "Report the peak {label} value across {admission_type} admissions admitted in {year}.",
         ),
         sampler_sql=COHORT_SAMPLER,
@@ -259,24 +277,28 @@ register(
             "{label} above {threshold} {unit}?",
             "What share (in %) of the {admission_type} admissions starting in {year} had a {label} "
             "result over {threshold} {unit}?",
-            "Of all admissions of type {admission_type} in {year}, what percent had any {label} > {threshold} {unit}?",
+            "Of all {admission_type} admissions in {year}, what percent had any {label} > {threshold} {unit}?",
         ),
         sampler_sql=f"""
-SELECT extract(year FROM a.admittime) AS year, a.admission_type, e.itemid, d.label, t.threshold, t.unit
+SELECT extract(year FROM a.admittime) AS year, adt.concept AS admission_type, p.itemid, cpt.concept AS label,
+       t.threshold, t.unit
 FROM mimiciv_hosp.admissions a
+{ADM_TYPE_JOIN}
 JOIN mimiciv_hosp.labevents e ON e.hadm_id = a.hadm_id
-JOIN mimiciv_hosp.d_labitems d ON d.itemid = e.itemid
-JOIN (VALUES {THRESHOLD_VALUES}) t(itemid, threshold, unit) ON t.itemid = e.itemid
+{CONCEPT_JOIN}
+JOIN {LAB_PRIMARY} ON p.concept = cpt.concept
+JOIN (VALUES {THRESHOLD_VALUES}) t(itemid, threshold, unit) ON t.itemid = p.itemid
 GROUP BY ALL
 HAVING count(*) BETWEEN 3 AND 600 AND count(*) FILTER (WHERE e.valuenum > t.threshold) >= 1""",
         gold_sql="""WITH cohort AS (
-  SELECT hadm_id FROM mimiciv_hosp.admissions
-  WHERE admission_type = {admission_type} AND extract(year FROM admittime) = {year}
+  SELECT a.hadm_id FROM mimiciv_hosp.admissions a
+  """ + ADM_TYPE_JOIN + """
+  WHERE adt.concept = {admission_type} AND extract(year FROM a.admittime) = {year}
 ), high AS (
   SELECT DISTINCT e.hadm_id
   FROM {labevents} e
-  JOIN mimiciv_hosp.d_labitems d ON d.itemid = e.itemid
-  WHERE d.itemid = {itemid} AND d.label = {label} AND e.valuenum > {threshold}
+  """ + CONCEPT_JOIN + """
+  WHERE cpt.concept = {label} AND e.valuenum > {threshold}
     AND e.hadm_id IN (SELECT hadm_id FROM cohort)
 )
 SELECT 100.0 * (SELECT count(*) FROM high) / (SELECT count(*) FROM cohort)""",
@@ -319,25 +341,26 @@ SELECT avg(valuenum) FROM firsts WHERE rn = 1""",
         ),
         sampler_sql=f"""
 SELECT year, itemid, label FROM (
-  SELECT extract(year FROM a.admittime) AS year, e.itemid, d.label, e.valuenum,
-         max(e.valuenum) OVER (PARTITION BY extract(year FROM a.admittime), e.itemid) AS top
+  SELECT extract(year FROM a.admittime) AS year, p.itemid, cpt.concept AS label, e.valuenum,
+         max(e.valuenum) OVER (PARTITION BY extract(year FROM a.admittime), cpt.concept) AS top
   FROM mimiciv_hosp.admissions a
   JOIN mimiciv_hosp.labevents e ON e.hadm_id = a.hadm_id
-  JOIN mimiciv_hosp.d_labitems d ON d.itemid = e.itemid
-  WHERE e.itemid IN ({LAB_IDS})
+  {CONCEPT_JOIN}
+  JOIN {LAB_PRIMARY} ON p.concept = cpt.concept
 )
 GROUP BY year, itemid, label
 HAVING count(*) FILTER (WHERE valuenum = top) = 1 AND count(*) BETWEEN 3 AND 1500""",
         gold_sql="""SELECT e.subject_id
 FROM {labevents} e
 JOIN mimiciv_hosp.admissions a ON a.hadm_id = e.hadm_id
-JOIN mimiciv_hosp.d_labitems d ON d.itemid = e.itemid
-WHERE d.itemid = {itemid} AND d.label = {label} AND extract(year FROM a.admittime) = {year}
+""" + CONCEPT_JOIN + """
+WHERE cpt.concept = {label} AND extract(year FROM a.admittime) = {year}
 ORDER BY e.valuenum DESC NULLS LAST, e.subject_id
 LIMIT 1""",
         answer=COUNT,
         evidence=Evidence(**{**COHORT_EVIDENCE,
-                             "where": "e.itemid = {itemid} AND extract(year FROM a.admittime) = {year}"},
+                             "join": CONCEPT_JOIN + " JOIN mimiciv_hosp.admissions a ON a.hadm_id = e.hadm_id",
+                             "where": "cpt.concept = {label} AND extract(year FROM a.admittime) = {year}"},
                           focus="min", aggregate=True),
         noise=("out_of_window", "conflicting_records", "implausible_value", "unit_mismatch", "missing_evidence",
                "temporal_mismatch", "lexical_variation", "out_of_scope"),

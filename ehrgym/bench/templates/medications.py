@@ -1,19 +1,22 @@
 """Medication questions: orders (``prescriptions``), administrations (``emar``) and ICU infusions
 (``inputevents`` with ``d_items``).
 
-Drug names the question mentions are matched in SQL (``drug = {drug}``, ``medication = {drug}``,
-``d.label = {label}``), so a misspelled or brand name ("vancomicin", "Zosyn", "norepi") really
-breaks a credulous agent's query. Infusion amounts carry value-level noise: a dose recorded in mcg
+Drugs are named as clinicians name them ("ceftriaxone", "metoprolol", "norepinephrine"): ``{drug}`` /
+``{label}`` are concepts of ``ehrgym.bench.concepts`` (domains ``drug``, ``antibiotic``, ``infusion``)
+and the SQL matches every database spelling of the concept through the concept relation filtered by
+the name (``dc.concept = {drug}``), so a misspelled or brand name ("vancomicin", "Zosyn", "norepi")
+finds nothing in a credulous agent's query. "Antibiotics" are the systemic antibacterial agents of
+the ``antibiotic`` domain, counted by agent (not by spelling), eye/ear/skin routes excluded. Infusion amounts carry value-level noise: a dose recorded in mcg
 instead of mg (with the unit column changed), a decimal slip, a contradictory re-charted segment.
 """
 
 from __future__ import annotations
 
 from ehrgym.bench.answers import AnswerSpec
-from ehrgym.bench.noise.lexicon import add_variants
+from ehrgym.bench.concepts import concepts, primary_items, relation
 from ehrgym.bench.noise.units import CONVERSIONS, UnitConversion
 from ehrgym.bench.templates.base import ADMISSION_WINDOW, ICU_WINDOW, Evidence, Premise, Template, TimeWindow
-from ehrgym.bench.templates.diagnoses import INFECTIONS_SQL
+from ehrgym.bench.templates.diagnoses import DX_CONCEPTS, INFECTIONS
 from ehrgym.bench.templates.registry import register
 
 
@@ -29,62 +32,27 @@ NAME = AnswerSpec("string")
 NAMES = AnswerSpec("set")
 YES_NO = AnswerSpec("boolean")
 
-# MIMIC-IV prescription / eMAR names of systemic antibiotics
-ANTIBIOTICS = ("Vancomycin", "Piperacillin-Tazobactam", "CefePIME", "Meropenem", "CefTRIAXone", "Azithromycin",
-               "Ciprofloxacin HCl", "Nitrofurantoin Monohyd (MacroBID)")
-# drugs whose timing or use a clinician asks about (antibiotics, vasoactives, anticoagulants, insulin …)
-NOTABLE = ANTIBIOTICS + ("NORepinephrine", "PHENYLephrine", "Propofol", "Heparin", "Insulin", "Furosemide",
-                         "Metoprolol Tartrate", "Apixaban", "Pantoprazole", "Octreotide Acetate", "Lactulose",
-                         "Aspirin", "Atorvastatin", "LevETIRAcetam", "PredniSONE", "Sodium Bicarbonate")
-# ICU drips charted in mg in inputevents: norepinephrine, phenylephrine, propofol
-DRIP_IDS = (221906, 221749, 222168)
-
-
-def _strings(names: tuple[str, ...]) -> str:
-    return ", ".join("'" + n.replace("'", "''") + "'" for n in names)
-
-
-ABX_SQL = _strings(ANTIBIOTICS)
-NOTABLE_SQL = _strings(NOTABLE)
-DRIPS_SQL = ", ".join(str(i) for i in DRIP_IDS)
+# Drugs are named as a clinician names them ("ceftriaxone", "metoprolol"): ``{drug}`` is a concept of
+# ``ehrgym.bench.concepts`` (domain ``drug``; antibiotics one by one in domain ``antibiotic``) and the
+# SQL matches every spelling of it (``lower(trim(drug))``: "CefTRIAXone", "CeftriaXONE" …).
+RX_DRUG = "JOIN " + relation("drug") + " dc(concept, spelling) ON dc.spelling = lower(trim(e.drug))"
+EMAR_DRUG = "JOIN " + relation("drug") + " dc(concept, spelling) ON dc.spelling = lower(trim(e.medication))"
+RX_ABX = "JOIN " + relation("antibiotic") + " dc(concept, spelling) ON dc.spelling = lower(trim(e.drug))"
+EMAR_ABX = "JOIN " + relation("antibiotic") + " dc(concept, spelling) ON dc.spelling = lower(trim(e.medication))"
+# routes that are not systemic (eye, ear, skin), excluded from "antibiotics" as in the MIMIC code repository
+TOPICAL_ROUTES = ("OU", "OS", "OD", "AU", "AS", "AD", "TP", "BOTH EYES", "LEFT EYE", "RIGHT EYE", "BOTH EARS",
+                  "LEFT EAR", "RIGHT EAR")
+SYSTEMIC = "coalesce(e.route, '') NOT IN (" + ", ".join(f"'{r}'" for r in TOPICAL_ROUTES) + ")"
+# ICU drips charted in mg in inputevents (norepinephrine, phenylephrine, propofol, epinephrine, dopamine)
+DRIP_IDS = tuple(i for c in concepts("infusion") for i in c.itemids)
+DRIP_CONCEPTS = relation("infusion") + " cpt(concept, itemid)"
+DRIP_PRIMARY = primary_items("infusion") + " p(concept, itemid)"
+DRIP_JOIN = "JOIN " + DRIP_CONCEPTS + " ON cpt.itemid = e.itemid"
 GIVEN = "('Administered', 'Started')"  # eMAR events that mean the drug reached the patient
 
 # A vasoactive or sedative drip charted in mcg instead of mg is the classic infusion unit error.
 for _itemid in DRIP_IDS:
     CONVERSIONS.setdefault(_itemid, UnitConversion(_itemid, "mg", "mcg", 1000.0, decimals=1))
-
-# misspellings and abbreviations people write (names shared with another module use the same forms,
-# so the lexicon does not depend on which modules a process imported)
-DRUG_VARIANTS: dict[str, tuple[str, ...]] = {
-    "Vancomycin": ("vancomicin", "vanco", "vanc"),
-    "Piperacillin-Tazobactam": ("pip-tazo", "Zosyn", "piperacilin-tazobactam"),
-    "CefePIME": ("cefepim", "Maxipime", "cefapime"),
-    "Meropenem": ("meropenum", "Merrem", "meropenam"),
-    "CefTRIAXone": ("ceftriaxon", "Rocephin", "ceftriaxzone"),
-    "Azithromycin": ("azithromicin", "Zithromax", "azithro"),
-    "Ciprofloxacin HCl": ("cipro", "ciprofloxacin", "ciprofloxacine HCl"),
-    "Nitrofurantoin Monohyd (MacroBID)": ("Macrobid", "nitrofurantoin", "nitrofurantion monohydrate"),
-    "NORepinephrine": ("norepi", "Levophed", "norepinephrin"),
-    "Norepinephrine": ("norepi", "Levophed", "noradrenaline"),
-    "PHENYLephrine": ("phenylepherine", "Neo-Synephrine", "neo"),
-    "Phenylephrine": ("phenylepherine", "Neo-Synephrine", "neo"),
-    "Propofol": ("propafol", "Diprivan", "propofal"),
-    "Heparin": ("heprin", "UFH", "heparine"),
-    "Insulin": ("insuline", "insulin regular", "insluin"),
-    "Furosemide": ("Lasix", "furosemid", "frusemide"),
-    "Metoprolol Tartrate": ("metoprolol", "Lopressor", "metoprolol tartate"),
-    "Apixaban": ("Eliquis", "apixiban"),
-    "Pantoprazole": ("Protonix", "pantoprazol", "pantoprazle"),
-    "Octreotide Acetate": ("octreotide", "Sandostatin", "octreotid acetate"),
-    "Lactulose": ("lactulos", "Enulose"),
-    "Aspirin": ("ASA", "asprin", "acetylsalicylic acid"),
-    "Atorvastatin": ("Lipitor", "atorvastatine", "atorvastin"),
-    "LevETIRAcetam": ("Keppra", "levetiracetem", "levetiracetam"),
-    "PredniSONE": ("prednisone", "predisone", "Deltasone"),
-    "Sodium Bicarbonate": ("bicarb", "NaHCO3", "sodium bicarb"),
-}
-for _name, _forms in DRUG_VARIANTS.items():
-    add_variants(_name, *_forms)
 
 PATIENT_SCOPE = ("SELECT min(admittime), max(dischtime) FROM mimiciv_hosp.admissions "
                  "WHERE subject_id = {subject_id}")
@@ -93,45 +61,47 @@ ICU_SCOPE = "SELECT min(intime), max(outtime) FROM mimiciv_icu.icustays"
 
 # ---------------------------------------------------------------- evidence shapes
 
-RX_EVIDENCE = dict(table="prescriptions", where="e.hadm_id = {hadm_id} AND e.drug = {drug}",
+RX_EVIDENCE = dict(table="prescriptions", join=RX_DRUG, where="e.hadm_id = {hadm_id} AND dc.concept = {drug}",
                    key=("hadm_id", "drug", "starttime"), id_col="pharmacy_id", time_col="starttime",
                    window=ADMISSION_WINDOW)
 EMAR_KEY = ("subject_id", "emar_seq")  # emar_id: a re-stored copy keeps it
-EMAR_DOSES = dict(table="emar",
-                  where="e.hadm_id = {hadm_id} AND e.medication = {drug} AND e.event_txt = 'Administered'",
+EMAR_DOSES = dict(table="emar", join=EMAR_DRUG,
+                  where="e.hadm_id = {hadm_id} AND dc.concept = {drug} AND e.event_txt = 'Administered'",
                   key=EMAR_KEY, time_col="charttime", window=ADMISSION_WINDOW, store_col="storetime")
-DRIP_EVIDENCE = dict(table="inputevents", where="e.stay_id = {stay_id} AND e.itemid = {itemid}",
+DRIP_EVIDENCE = dict(table="inputevents", join=DRIP_JOIN, where="e.stay_id = {stay_id} AND cpt.concept = {label}",
                      key=("stay_id", "itemid", "starttime"), id_col="orderid", time_col="starttime",
                      window=ICU_WINDOW, store_col="storetime")
 DRIP_VALUE = dict(value_col="amount", unit_col="amountuom", item_col="itemid", item_param="itemid")
 
+# a drug (concept) the hospital ordered, but not in this admission
 RX_PREMISE = Premise("drug", "drug", f"""
-SELECT DISTINCT drug, drug FROM mimiciv_hosp.prescriptions
-WHERE drug IN ({NOTABLE_SQL}) AND drug NOT IN (SELECT drug FROM mimiciv_hosp.prescriptions WHERE hadm_id = {{hadm_id}})
+SELECT DISTINCT dc.concept, dc.concept FROM mimiciv_hosp.prescriptions e {RX_DRUG}
+WHERE dc.concept NOT IN (
+    SELECT dc.concept FROM mimiciv_hosp.prescriptions e {RX_DRUG} WHERE e.hadm_id = {{hadm_id}})
 ORDER BY 1""")
 ABX_EMAR_PREMISE = Premise("drug", "drug", f"""
-SELECT DISTINCT medication, medication FROM mimiciv_hosp.emar
-WHERE medication IN ({ABX_SQL})
-  AND medication NOT IN (
-    SELECT medication FROM mimiciv_hosp.emar WHERE hadm_id = {{hadm_id}} AND medication IS NOT NULL)
+SELECT DISTINCT dc.concept, dc.concept FROM mimiciv_hosp.emar e {EMAR_ABX}
+WHERE dc.concept NOT IN (
+    SELECT dc.concept FROM mimiciv_hosp.emar e {EMAR_ABX} WHERE e.hadm_id = {{hadm_id}})
 ORDER BY 1""")
 DRIP_PREMISE = Premise("itemid", "label", f"""
-SELECT d.itemid, d.label FROM mimiciv_icu.d_items d
-WHERE d.itemid IN ({DRIPS_SQL})
-  AND d.itemid NOT IN (SELECT itemid FROM mimiciv_icu.inputevents WHERE stay_id = {{stay_id}})
-ORDER BY d.itemid""")
+SELECT p.itemid, p.concept FROM {DRIP_PRIMARY}
+WHERE p.concept NOT IN (
+    SELECT cpt.concept FROM mimiciv_icu.inputevents e {DRIP_JOIN} WHERE e.stay_id = {{stay_id}})
+ORDER BY p.concept""")
 
 DRIP_SAMPLER = f"""
-SELECT e.subject_id, e.stay_id, e.itemid, d.label
+SELECT e.subject_id, e.stay_id, p.itemid, cpt.concept AS label
 FROM mimiciv_icu.inputevents e
-JOIN mimiciv_icu.d_items d ON d.itemid = e.itemid
-WHERE e.itemid IN ({DRIPS_SQL}) AND e.stay_id IS NOT NULL
+{DRIP_JOIN}
+JOIN {DRIP_PRIMARY} ON p.concept = cpt.concept
+WHERE e.stay_id IS NOT NULL
 GROUP BY ALL
 HAVING count(*) >= 2"""
 DRIP_FILTER = """
-JOIN mimiciv_icu.d_items d ON d.itemid = e.itemid
+""" + DRIP_JOIN + """
 WHERE e.subject_id = {subject_id} AND e.stay_id = {stay_id}
-  AND d.itemid = {itemid} AND d.label = {label}"""
+  AND cpt.concept = {label}"""
 
 # ---------------------------------------------------------------- patient level
 
@@ -144,11 +114,13 @@ register(
             "start?",
             "Patient {subject_id}, hospital admission {hadm_id}: give the start time of the earliest {drug} order.",
         ),
-        sampler_sql=f"""SELECT DISTINCT subject_id, hadm_id, drug FROM mimiciv_hosp.prescriptions
-WHERE drug IN ({NOTABLE_SQL}) AND hadm_id IS NOT NULL""",
+        sampler_sql=f"""SELECT DISTINCT e.subject_id, e.hadm_id, dc.concept AS drug FROM mimiciv_hosp.prescriptions e
+{RX_DRUG}
+WHERE e.hadm_id IS NOT NULL""",
         gold_sql="""SELECT min(e.starttime)
 FROM {prescriptions} e
-WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id} AND e.drug = {drug}""",
+""" + RX_DRUG + """
+WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id} AND dc.concept = {drug}""",
         answer=WHEN,
         evidence=Evidence(**RX_EVIDENCE, focus="first"),
         noise=("missing_evidence", "out_of_window", "nonexistent_entity", "false_premise", "lexical_variation",
@@ -163,16 +135,19 @@ WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id} AND e.drug = {drug}"
             "Time in hours from hospital admission {hadm_id} to patient {subject_id}'s first administered {drug} dose?",
             "For patient {subject_id}, how long (hours) after admission {hadm_id} began was {drug} first given?",
         ),
-        sampler_sql=f"""SELECT DISTINCT subject_id, hadm_id, medication AS drug FROM mimiciv_hosp.emar
-WHERE medication IN ({ABX_SQL}) AND event_txt = 'Administered' AND hadm_id IS NOT NULL""",
-        gold_sql="""SELECT date_diff('minute', a.admittime, min(e.charttime)) / 60.0
+        sampler_sql=f"""SELECT DISTINCT e.subject_id, e.hadm_id, dc.concept AS drug FROM mimiciv_hosp.emar e
+{EMAR_ABX}
+WHERE e.event_txt = 'Administered' AND e.hadm_id IS NOT NULL""",
+        # exact to the second (epoch), not counted in minute boundaries
+        gold_sql="""SELECT (epoch(min(e.charttime)) - epoch(a.admittime)) / 3600.0
 FROM {emar} e
 JOIN mimiciv_hosp.admissions a ON a.hadm_id = e.hadm_id
+""" + EMAR_ABX + """
 WHERE a.subject_id = {subject_id} AND a.hadm_id = {hadm_id}
-  AND e.medication = {drug} AND e.event_txt = 'Administered'
+  AND dc.concept = {drug} AND e.event_txt = 'Administered'
 GROUP BY a.admittime""",
         answer=HOURS,
-        evidence=Evidence(**EMAR_DOSES, focus="first"),
+        evidence=Evidence(**{**EMAR_DOSES, "join": EMAR_ABX}, focus="first"),
         noise=("missing_evidence", "out_of_window", "nonexistent_entity", "false_premise", "lexical_variation",
                "out_of_scope"),
         entity_ref="hadm_id", lexical="drug", premise=ABX_EMAR_PREMISE,
@@ -185,12 +160,14 @@ GROUP BY a.admittime""",
             "Count the {drug} administrations charted in the eMAR for patient {subject_id} in admission {hadm_id}.",
             "During hospital admission {hadm_id}, how many times was {drug} given to patient {subject_id}?",
         ),
-        sampler_sql=f"""SELECT DISTINCT subject_id, hadm_id, medication AS drug FROM mimiciv_hosp.emar
-WHERE medication IN ({NOTABLE_SQL}) AND event_txt = 'Administered' AND hadm_id IS NOT NULL""",
+        sampler_sql=f"""SELECT DISTINCT e.subject_id, e.hadm_id, dc.concept AS drug FROM mimiciv_hosp.emar e
+{EMAR_DRUG}
+WHERE e.event_txt = 'Administered' AND e.hadm_id IS NOT NULL""",
         gold_sql="""SELECT count(*)
 FROM {emar} e
+""" + EMAR_DRUG + """
 WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id}
-  AND e.medication = {drug} AND e.event_txt = 'Administered'""",
+  AND dc.concept = {drug} AND e.event_txt = 'Administered'""",
         answer=COUNT,
         evidence=Evidence(**EMAR_DOSES, focus="any"),
         noise=("duplicate_records", "out_of_window", "nonexistent_entity", "lexical_variation", "out_of_scope"),
@@ -239,7 +216,7 @@ WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id}
             "Patient {subject_id}, ICU stay {stay_id}: how many hours was the {label} drip running?",
         ),
         sampler_sql=DRIP_SAMPLER,
-        gold_sql="SELECT sum(date_diff('minute', e.starttime, e.endtime)) / 60.0\nFROM {inputevents} e" + DRIP_FILTER,
+        gold_sql="SELECT sum(epoch(e.endtime) - epoch(e.starttime)) / 3600.0\nFROM {inputevents} e" + DRIP_FILTER,
         answer=HOURS,
         evidence=Evidence(**DRIP_EVIDENCE, focus="any"),
         noise=("missing_evidence", "duplicate_records", "out_of_window", "nonexistent_entity", "false_premise",
@@ -250,18 +227,24 @@ WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id}
     MedicationTemplate(
         id="medications.count_antibiotics", intent="medications", level="patient",
         paraphrases=(
-            "How many different antibiotics were ordered for patient {subject_id} during admission {hadm_id}?",
-            "Count the distinct antibiotics prescribed to patient {subject_id} in hospital admission {hadm_id}.",
-            "Patient {subject_id}, admission {hadm_id}: how many distinct antibiotic drugs were prescribed?",
+            "How many different systemic antibiotics (not eye, ear or skin preparations) were ordered for patient "
+            "{subject_id} during admission {hadm_id}?",
+            "Count the distinct systemic antibiotic agents prescribed to patient {subject_id} in hospital admission "
+            "{hadm_id} (topical, eye and ear preparations excluded).",
+            "Patient {subject_id}, admission {hadm_id}: how many distinct antibiotic agents were prescribed for "
+            "systemic use?",
         ),
-        sampler_sql=f"""SELECT DISTINCT subject_id, hadm_id FROM mimiciv_hosp.prescriptions
-WHERE drug IN ({ABX_SQL}) AND hadm_id IS NOT NULL""",
-        gold_sql=f"""SELECT count(DISTINCT e.drug)
+        sampler_sql=f"""SELECT DISTINCT e.subject_id, e.hadm_id FROM mimiciv_hosp.prescriptions e
+{RX_ABX}
+WHERE e.hadm_id IS NOT NULL AND {SYSTEMIC}""",
+        # agents, not spellings: "CefTRIAXone" and "CeftriaXONE" are one antibiotic
+        gold_sql=f"""SELECT count(DISTINCT dc.concept)
 FROM {{prescriptions}} e
+{RX_ABX}
 JOIN mimiciv_hosp.admissions a ON a.hadm_id = e.hadm_id
-WHERE a.subject_id = {{subject_id}} AND a.hadm_id = {{hadm_id}} AND e.drug IN ({ABX_SQL})""",
+WHERE a.subject_id = {{subject_id}} AND a.hadm_id = {{hadm_id}} AND {SYSTEMIC}""",
         answer=COUNT,
-        evidence=Evidence(**{**RX_EVIDENCE, "where": f"e.hadm_id = {{hadm_id}} AND e.drug IN ({ABX_SQL})"},
+        evidence=Evidence(**{**RX_EVIDENCE, "join": RX_ABX, "where": f"e.hadm_id = {{hadm_id}} AND {SYSTEMIC}"},
                           category_col="drug", focus="first"),
         # duplicates and misplaced copies of an order do not change a count of DISTINCT drugs
         noise=("conflicting_records", "nonexistent_entity", "out_of_scope"),
@@ -274,12 +257,14 @@ WHERE a.subject_id = {{subject_id}} AND a.hadm_id = {{hadm_id}} AND e.drug IN ({
             "What administration route did the {drug} orders of patient {subject_id} in admission {hadm_id} specify?",
             "Patient {subject_id}, hospital admission {hadm_id}: how was {drug} to be given (route)?",
         ),
-        sampler_sql=f"""SELECT subject_id, hadm_id, drug FROM mimiciv_hosp.prescriptions
-WHERE drug IN ({NOTABLE_SQL}) AND hadm_id IS NOT NULL AND route IS NOT NULL
-GROUP BY ALL HAVING count(DISTINCT route) = 1""",
+        sampler_sql=f"""SELECT e.subject_id, e.hadm_id, dc.concept AS drug FROM mimiciv_hosp.prescriptions e
+{RX_DRUG}
+WHERE e.hadm_id IS NOT NULL AND e.route IS NOT NULL
+GROUP BY ALL HAVING count(DISTINCT e.route) = 1""",
         gold_sql="""SELECT DISTINCT e.route
 FROM {prescriptions} e
-WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id} AND e.drug = {drug}
+""" + RX_DRUG + """
+WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id} AND dc.concept = {drug}
 ORDER BY e.route""",
         answer=NAME,
         evidence=Evidence(**RX_EVIDENCE, category_col="route", focus="first", aggregate=False),
@@ -298,17 +283,18 @@ ORDER BY e.route""",
         # about as many 'no' (a drug the admission never received) as 'yes'
         sampler_sql=f"""
 WITH adm AS (SELECT DISTINCT subject_id, hadm_id FROM mimiciv_hosp.emar WHERE hadm_id IS NOT NULL),
-drugs AS (SELECT DISTINCT medication AS drug FROM mimiciv_hosp.emar WHERE medication IN ({NOTABLE_SQL})),
-given AS (SELECT DISTINCT hadm_id, medication AS drug FROM mimiciv_hosp.emar
-          WHERE event_txt IN {GIVEN} AND medication IN ({NOTABLE_SQL}))
+drugs AS (SELECT DISTINCT dc.concept AS drug FROM mimiciv_hosp.emar e {EMAR_DRUG}),
+given AS (SELECT DISTINCT e.hadm_id, dc.concept AS drug FROM mimiciv_hosp.emar e {EMAR_DRUG}
+          WHERE e.event_txt IN {GIVEN})
 SELECT a.subject_id, a.hadm_id, d.drug
 FROM adm a CROSS JOIN drugs d
 LEFT JOIN given g ON g.hadm_id = a.hadm_id AND g.drug = d.drug
 WHERE g.hadm_id IS NOT NULL OR hash(a.hadm_id, d.drug) % 6 = 0""",
         gold_sql=f"""SELECT count(*) > 0
 FROM {{emar}} e
+{EMAR_DRUG}
 WHERE e.subject_id = {{subject_id}} AND e.hadm_id = {{hadm_id}}
-  AND e.medication = {{drug}} AND e.event_txt IN {GIVEN}""",
+  AND dc.concept = {{drug}} AND e.event_txt IN {GIVEN}""",
         answer=YES_NO,
         # the evidence is the admission's whole eMAR: without it, "not given" cannot be told from "not charted"
         evidence=Evidence(table="emar", where="e.hadm_id = {hadm_id}", key=EMAR_KEY, time_col="charttime",
@@ -327,48 +313,56 @@ ADM_JOIN = "JOIN mimiciv_hosp.admissions a ON a.hadm_id = e.hadm_id"
 ADM_IN_YEAR = "extract(year FROM a.admittime) = {year}"
 STAY_JOIN = "JOIN mimiciv_icu.icustays s ON s.stay_id = e.stay_id"
 STAY_IN_YEAR = "extract(year FROM s.intime) = {year}"
+# admissions coded with an infection concept (sepsis, pneumonia, urinary tract infection)
+INFECTION_ADMISSIONS = (f"(SELECT DISTINCT di.hadm_id, dx.concept FROM mimiciv_hosp.diagnoses_icd di JOIN {DX_CONCEPTS} "
+                        f"ON dx.icd_version = di.icd_version AND starts_with(di.icd_code, dx.prefix) "
+                        f"WHERE dx.concept IN {INFECTIONS})")
+UNIT_JOIN = "JOIN " + relation("careunit") + " cu(concept, careunit) ON cu.careunit = s.first_careunit"
 
 register(
     MedicationTemplate(
         id="medications.cohort_top_antibiotic", intent="medications", level="population",
         paraphrases=(
-            "Which antibiotic was ordered most often in admissions that began in {year} with a diagnosis of {title}?",
-            "Among {year} admissions coded with {title}, which antibiotic had the most prescriptions?",
-            "What was the most frequently prescribed antibiotic (number of orders) for {title} admissions of {year}?",
+            "Which systemic antibiotic was ordered most often in admissions that began in {year} with a diagnosis of "
+            "{title}?",
+            "Among {year} admissions coded with {title}, which systemic antibiotic agent had the most prescriptions?",
+            "What was the most frequently prescribed systemic antibiotic (number of orders) for {title} admissions "
+            "of {year}?",
         ),
         sampler_sql=f"""
 SELECT year, title FROM (
   SELECT year, title, n, max(n) OVER (PARTITION BY year, title) AS top FROM (
-    SELECT extract(year FROM a.admittime) AS year, d.long_title AS title, e.drug, count(*) AS n
+    SELECT extract(year FROM a.admittime) AS year, k.concept AS title, dc.concept AS drug, count(*) AS n
     FROM mimiciv_hosp.prescriptions e
+    {RX_ABX}
     JOIN mimiciv_hosp.admissions a ON a.hadm_id = e.hadm_id
-    JOIN mimiciv_hosp.diagnoses_icd di ON di.hadm_id = e.hadm_id
-    JOIN mimiciv_hosp.d_icd_diagnoses d ON d.icd_code = di.icd_code AND d.icd_version = di.icd_version
-    WHERE e.drug IN ({ABX_SQL}) AND di.icd_code IN ({INFECTIONS_SQL})
+    JOIN {INFECTION_ADMISSIONS} k ON k.hadm_id = e.hadm_id
+    WHERE {SYSTEMIC}
     GROUP BY ALL))
 GROUP BY year, title
 HAVING count(*) FILTER (WHERE n = top) = 1 AND sum(n) BETWEEN 2 AND 400""",
         gold_sql=f"""WITH cohort AS (
   SELECT DISTINCT di.hadm_id
   FROM mimiciv_hosp.diagnoses_icd di
-  JOIN mimiciv_hosp.d_icd_diagnoses d ON d.icd_code = di.icd_code AND d.icd_version = di.icd_version
+  JOIN {DX_CONCEPTS} ON dx.icd_version = di.icd_version AND starts_with(di.icd_code, dx.prefix)
   JOIN mimiciv_hosp.admissions a ON a.hadm_id = di.hadm_id
-  WHERE d.long_title = {{title}} AND extract(year FROM a.admittime) = {{year}}
+  WHERE dx.concept = {{title}} AND extract(year FROM a.admittime) = {{year}}
 ), per_drug AS (
-  SELECT e.drug, count(*) AS n
+  SELECT dc.concept AS drug, count(*) AS n
   FROM {{prescriptions}} e
-  WHERE e.drug IN ({ABX_SQL}) AND e.hadm_id IN (SELECT hadm_id FROM cohort)
-  GROUP BY e.drug
+  {RX_ABX}
+  WHERE {SYSTEMIC} AND e.hadm_id IN (SELECT hadm_id FROM cohort)
+  GROUP BY dc.concept
 )
 SELECT drug FROM per_drug WHERE n = (SELECT max(n) FROM per_drug) ORDER BY drug""",
         answer=NAMES,
         evidence=Evidence(table="prescriptions", key=("hadm_id", "drug", "starttime"), id_col="pharmacy_id",
                           time_col="starttime", window=ADMISSION_WINDOW, category_col="drug",
-                          join="""JOIN (SELECT DISTINCT di.hadm_id, d.long_title, extract(year FROM a.admittime) AS year
+                          join=RX_ABX + f""" JOIN (SELECT DISTINCT di.hadm_id, dx.concept, extract(year FROM a.admittime) AS year
       FROM mimiciv_hosp.diagnoses_icd di
-      JOIN mimiciv_hosp.d_icd_diagnoses d ON d.icd_code = di.icd_code AND d.icd_version = di.icd_version
+      JOIN {DX_CONCEPTS} ON dx.icd_version = di.icd_version AND starts_with(di.icd_code, dx.prefix)
       JOIN mimiciv_hosp.admissions a ON a.hadm_id = di.hadm_id) k ON k.hadm_id = e.hadm_id""",
-                          where=f"e.drug IN ({ABX_SQL}) AND k.long_title = {{title}} AND k.year = {{year}}"),
+                          where=f"{SYSTEMIC} AND k.concept = {{title}} AND k.year = {{year}}"),
         noise=("missing_evidence", "conflicting_records", "temporal_mismatch", "lexical_variation", "out_of_scope"),
         lexical="title", time_window=YEAR_WINDOW,
         description="most prescribed antibiotic in an infection cohort (top-1, ties as a set)",
@@ -380,25 +374,25 @@ SELECT drug FROM per_drug WHERE n = (SELECT max(n) FROM per_drug) ORDER BY drug"
             "For {year} ICU stays on {label}, how many mg were given per stay on average?",
             "Average total {label} dose (mg) per ICU stay, over stays starting in {year} that received it?",
         ),
-        sampler_sql=f"""SELECT extract(year FROM s.intime) AS year, e.itemid, d.label
+        sampler_sql=f"""SELECT extract(year FROM s.intime) AS year, p.itemid, cpt.concept AS label
 FROM mimiciv_icu.inputevents e
 JOIN mimiciv_icu.icustays s ON s.stay_id = e.stay_id
-JOIN mimiciv_icu.d_items d ON d.itemid = e.itemid
-WHERE e.itemid IN ({DRIPS_SQL})
+{DRIP_JOIN}
+JOIN {DRIP_PRIMARY} ON p.concept = cpt.concept
 GROUP BY ALL
 HAVING count(*) BETWEEN 2 AND 400""",
         gold_sql="""WITH per_stay AS (
   SELECT e.stay_id, sum(e.amount) AS total
   FROM {inputevents} e
   JOIN mimiciv_icu.icustays s ON s.stay_id = e.stay_id
-  JOIN mimiciv_icu.d_items d ON d.itemid = e.itemid
-  WHERE d.itemid = {itemid} AND d.label = {label} AND extract(year FROM s.intime) = {year}
+  """ + DRIP_JOIN + """
+  WHERE cpt.concept = {label} AND extract(year FROM s.intime) = {year}
   GROUP BY e.stay_id
 )
 SELECT round(avg(total), 6) FROM per_stay""",
         answer=AMOUNT,
-        evidence=Evidence(**{**DRIP_EVIDENCE, "where": "e.itemid = {itemid} AND " + STAY_IN_YEAR}, join=STAY_JOIN,
-                          **DRIP_VALUE),
+        evidence=Evidence(**{**DRIP_EVIDENCE, "where": "cpt.concept = {label} AND " + STAY_IN_YEAR,
+                             "join": DRIP_JOIN + " " + STAY_JOIN}, **DRIP_VALUE),
         noise=("missing_evidence", "duplicate_records", "out_of_window", "conflicting_records", "implausible_value",
                "unit_mismatch", "temporal_mismatch", "lexical_variation", "out_of_scope"),
         lexical="label", time_window=ICU_YEAR_WINDOW, description="mean total infusion amount per ICU stay in a year",
@@ -408,26 +402,30 @@ SELECT round(avg(total), 6) FROM per_stay""",
         paraphrases=(
             "Among ICU stays that began in {year} in the {careunit}, what was the mean {label} amount (mg) per "
             "charted infusion entry?",
-            "For {careunit} stays of {year}, what was the average amount of {label} (mg) in one inputevents entry?",
+            "For the {careunit} stays of {year}, what was the average amount of {label} (mg) in one charted infusion "
+            "entry?",
             "Average mg of {label} per charted segment over ICU stays starting in {year} whose first unit was the "
             "{careunit}?",
         ),
-        sampler_sql=f"""SELECT extract(year FROM s.intime) AS year, s.first_careunit AS careunit, e.itemid, d.label
+        sampler_sql=f"""SELECT extract(year FROM s.intime) AS year, cu.concept AS careunit, p.itemid, cpt.concept AS label
 FROM mimiciv_icu.inputevents e
 JOIN mimiciv_icu.icustays s ON s.stay_id = e.stay_id
-JOIN mimiciv_icu.d_items d ON d.itemid = e.itemid
-WHERE e.itemid IN ({DRIPS_SQL}) AND s.first_careunit IS NOT NULL
+{UNIT_JOIN}
+{DRIP_JOIN}
+JOIN {DRIP_PRIMARY} ON p.concept = cpt.concept
 GROUP BY ALL
 HAVING count(*) BETWEEN 3 AND 400 AND count(DISTINCT e.amount) >= 2""",
         gold_sql="""SELECT round(avg(e.amount), 6)
 FROM {inputevents} e
 JOIN mimiciv_icu.icustays s ON s.stay_id = e.stay_id
-JOIN mimiciv_icu.d_items d ON d.itemid = e.itemid
-WHERE d.itemid = {itemid} AND d.label = {label}
-  AND s.first_careunit = {careunit} AND extract(year FROM s.intime) = {year}""",
+""" + UNIT_JOIN + """
+""" + DRIP_JOIN + """
+WHERE cpt.concept = {label}
+  AND cu.concept = {careunit} AND extract(year FROM s.intime) = {year}""",
         answer=AMOUNT,
-        evidence=Evidence(**{**DRIP_EVIDENCE, "where": "e.itemid = {itemid} AND s.first_careunit = {careunit} AND "
-                                                       + STAY_IN_YEAR}, join=STAY_JOIN, **DRIP_VALUE),
+        evidence=Evidence(**{**DRIP_EVIDENCE, "where": "cpt.concept = {label} AND cu.concept = {careunit} AND "
+                                                       + STAY_IN_YEAR, "join": DRIP_JOIN + " " + STAY_JOIN + " " + UNIT_JOIN},
+                          **DRIP_VALUE),
         noise=("missing_evidence", "duplicate_records", "out_of_window", "conflicting_records", "implausible_value",
                "unit_mismatch", "temporal_mismatch", "lexical_variation", "out_of_scope"),
         lexical="label", time_window=ICU_YEAR_WINDOW,
@@ -440,11 +438,11 @@ WHERE d.itemid = {itemid} AND d.label = {label}
             "Of all ICU stays starting in {year}, what share (%) had a {label} infusion?",
             "In {year}, what percent of ICU stays were on {label}?",
         ),
-        sampler_sql=f"""SELECT extract(year FROM s.intime) AS year, e.itemid, d.label
+        sampler_sql=f"""SELECT extract(year FROM s.intime) AS year, p.itemid, cpt.concept AS label
 FROM mimiciv_icu.inputevents e
 JOIN mimiciv_icu.icustays s ON s.stay_id = e.stay_id
-JOIN mimiciv_icu.d_items d ON d.itemid = e.itemid
-WHERE e.itemid IN ({DRIPS_SQL})
+{DRIP_JOIN}
+JOIN {DRIP_PRIMARY} ON p.concept = cpt.concept
 GROUP BY ALL
 HAVING count(*) BETWEEN 1 AND 400""",
         gold_sql="""WITH stays AS (
@@ -452,12 +450,13 @@ HAVING count(*) BETWEEN 1 AND 400""",
 ), treated AS (
   SELECT DISTINCT e.stay_id
   FROM {inputevents} e
-  JOIN mimiciv_icu.d_items d ON d.itemid = e.itemid
-  WHERE d.itemid = {itemid} AND d.label = {label} AND e.stay_id IN (SELECT stay_id FROM stays)
+  """ + DRIP_JOIN + """
+  WHERE cpt.concept = {label} AND e.stay_id IN (SELECT stay_id FROM stays)
 )
 SELECT 100.0 * (SELECT count(*) FROM treated) / (SELECT count(*) FROM stays)""",
         answer=AMOUNT,
-        evidence=Evidence(**{**DRIP_EVIDENCE, "where": "e.itemid = {itemid} AND " + STAY_IN_YEAR}, join=STAY_JOIN),
+        evidence=Evidence(**{**DRIP_EVIDENCE, "where": "cpt.concept = {label} AND " + STAY_IN_YEAR,
+                             "join": DRIP_JOIN + " " + STAY_JOIN}),
         noise=("temporal_mismatch", "lexical_variation", "out_of_scope"),
         lexical="label", time_window=ICU_YEAR_WINDOW, description="share of ICU stays on a vasopressor/sedative",
     ),
@@ -468,19 +467,21 @@ SELECT 100.0 * (SELECT count(*) FROM treated) / (SELECT count(*) FROM stays)""",
             "Across all admissions starting in {year}, how many doses of {drug} were given?",
             "Count the administered {drug} doses over admissions of {year}.",
         ),
-        sampler_sql=f"""SELECT extract(year FROM a.admittime) AS year, e.medication AS drug
+        sampler_sql=f"""SELECT extract(year FROM a.admittime) AS year, dc.concept AS drug
 FROM mimiciv_hosp.emar e
 JOIN mimiciv_hosp.admissions a ON a.hadm_id = e.hadm_id
-WHERE e.medication IN ({NOTABLE_SQL}) AND e.event_txt = 'Administered'
+{EMAR_DRUG}
+WHERE e.event_txt = 'Administered'
 GROUP BY ALL
 HAVING count(*) BETWEEN 2 AND 400""",
         gold_sql="""SELECT count(*)
 FROM {emar} e
 JOIN mimiciv_hosp.admissions a ON a.hadm_id = e.hadm_id
-WHERE e.medication = {drug} AND e.event_txt = 'Administered' AND extract(year FROM a.admittime) = {year}""",
+""" + EMAR_DRUG + """
+WHERE dc.concept = {drug} AND e.event_txt = 'Administered' AND extract(year FROM a.admittime) = {year}""",
         answer=COUNT,
-        evidence=Evidence(**{**EMAR_DOSES, "where": "e.medication = {drug} AND e.event_txt = 'Administered' AND "
-                                                    + ADM_IN_YEAR}, join=ADM_JOIN),
+        evidence=Evidence(**{**EMAR_DOSES, "where": "dc.concept = {drug} AND e.event_txt = 'Administered' AND "
+                                                    + ADM_IN_YEAR, "join": EMAR_DRUG + " " + ADM_JOIN}),
         noise=("duplicate_records", "out_of_window", "temporal_mismatch", "lexical_variation", "out_of_scope"),
         lexical="drug", time_window=YEAR_WINDOW, description="number of eMAR administrations of a drug in a year",
     ),
@@ -493,25 +494,27 @@ WHERE e.medication = {drug} AND e.event_txt = 'Administered' AND extract(year FR
             "that received it?",
             "Mean admission-to-first-{drug} time in hours for admissions starting in {year}?",
         ),
-        sampler_sql=f"""SELECT extract(year FROM a.admittime) AS year, e.medication AS drug
+        sampler_sql=f"""SELECT extract(year FROM a.admittime) AS year, dc.concept AS drug
 FROM mimiciv_hosp.emar e
 JOIN mimiciv_hosp.admissions a ON a.hadm_id = e.hadm_id
-WHERE e.medication IN ({ABX_SQL}) AND e.event_txt = 'Administered'
+{EMAR_ABX}
+WHERE e.event_txt = 'Administered'
 GROUP BY ALL
 HAVING count(*) BETWEEN 2 AND 400""",
         gold_sql="""WITH firsts AS (
   SELECT e.hadm_id, min(e.charttime) AS first_dose
   FROM {emar} e
   JOIN mimiciv_hosp.admissions a ON a.hadm_id = e.hadm_id
-  WHERE e.medication = {drug} AND e.event_txt = 'Administered' AND extract(year FROM a.admittime) = {year}
+  """ + EMAR_ABX + """
+  WHERE dc.concept = {drug} AND e.event_txt = 'Administered' AND extract(year FROM a.admittime) = {year}
   GROUP BY e.hadm_id
 )
-SELECT avg(date_diff('minute', a.admittime, f.first_dose)) / 60.0
+SELECT avg(epoch(f.first_dose) - epoch(a.admittime)) / 3600.0
 FROM firsts f
 JOIN mimiciv_hosp.admissions a ON a.hadm_id = f.hadm_id""",
         answer=HOURS,
-        evidence=Evidence(**{**EMAR_DOSES, "where": "e.medication = {drug} AND e.event_txt = 'Administered' AND "
-                                                    + ADM_IN_YEAR}, join=ADM_JOIN, focus="first"),
+        evidence=Evidence(**{**EMAR_DOSES, "where": "dc.concept = {drug} AND e.event_txt = 'Administered' AND "
+                                                    + ADM_IN_YEAR, "join": EMAR_ABX + " " + ADM_JOIN}, focus="first"),
         noise=("missing_evidence", "out_of_window", "temporal_mismatch", "lexical_variation", "out_of_scope"),
         lexical="drug", time_window=YEAR_WINDOW, description="mean time from admission to the first antibiotic dose",
     ),

@@ -1,45 +1,59 @@
-"""Vital-sign and ICU-monitoring questions (``chartevents``, ``outputevents``, ``icustays``)."""
+"""Vital-sign and ICU-monitoring questions (``chartevents``, ``outputevents``, ``icustays``).
+
+Questions name a vital sign, a urine output or a care unit as a clinician does ("systolic blood
+pressure", "urine output", "the medical ICU"); ``{label}`` / ``{first_careunit}`` are clinical
+names of reviewed concepts (``ehrgym.bench.concepts`` domains ``vital``, ``urine``, ``careunit``)
+and the gold SQL matches each concept's full item / value set (arterial and non-invasive systolic
+pressure; every urine route) through the concept relation filtered by the name.
+"""
 
 from __future__ import annotations
 
 from ehrgym.bench.answers import AnswerSpec
+from ehrgym.bench.concepts import primary_items, relation
 from ehrgym.bench.templates.base import ICU_WINDOW, Evidence, Premise, Template, TimeWindow
 from ehrgym.bench.templates.registry import register
 from ehrgym.db.items import items_for_table
 
-VITAL_IDS = ", ".join(str(r.itemid) for r in sorted(items_for_table("chartevents"), key=lambda r: r.itemid)
-                      if r.group in ("Routine Vital Signs", "Respiratory"))
-OUTPUT_IDS = ", ".join(str(r.itemid) for r in sorted(items_for_table("outputevents"), key=lambda r: r.itemid))
+VITAL_CONCEPTS = relation("vital") + " cpt(concept, itemid)"
+VITAL_PRIMARY = primary_items("vital") + " p(concept, itemid)"
+VITAL_JOIN = "JOIN " + VITAL_CONCEPTS + " ON cpt.itemid = e.itemid"
+URINE_CONCEPTS = relation("urine") + " cpt(concept, itemid)"
+URINE_PRIMARY = primary_items("urine") + " p(concept, itemid)"
+URINE_JOIN = "JOIN " + URINE_CONCEPTS + " ON cpt.itemid = e.itemid"
+UNIT_JOIN = "JOIN " + relation("careunit") + " cu(concept, careunit) ON cu.careunit = s.first_careunit"
 
 NUMBER = AnswerSpec("number")
 MEAN = AnswerSpec("number", rel_tol=1e-3, abs_tol=0.01, decimals=2)
 COUNT = AnswerSpec("integer")
 
 STAY_ITEM_SAMPLER = f"""
-SELECT e.subject_id, e.stay_id, e.itemid, d.label
+SELECT e.subject_id, e.stay_id, p.itemid, cpt.concept AS label
 FROM mimiciv_icu.chartevents e
-JOIN mimiciv_icu.d_items d ON d.itemid = e.itemid
-WHERE e.itemid IN ({VITAL_IDS})
-GROUP BY e.subject_id, e.stay_id, e.itemid, d.label
+{VITAL_JOIN}
+JOIN {VITAL_PRIMARY} ON p.concept = cpt.concept
+GROUP BY ALL
 HAVING count(*) >= 3
 """
 
 CHART_EVIDENCE = dict(
-    table="chartevents", where="e.subject_id = {subject_id} AND e.stay_id = {stay_id} AND e.itemid = {itemid}",
+    table="chartevents", join=VITAL_JOIN,
+    where="e.subject_id = {subject_id} AND e.stay_id = {stay_id} AND cpt.concept = {label}",
     key=("stay_id", "itemid", "charttime"), time_col="charttime", value_col="valuenum", text_col="value",
     unit_col="valueuom", item_col="itemid", item_param="itemid", window=ICU_WINDOW, store_col="storetime",
 )
 
 STAY_FILTER = """
-JOIN mimiciv_icu.d_items d ON d.itemid = e.itemid
+""" + VITAL_JOIN + """
 WHERE e.subject_id = {subject_id} AND e.stay_id = {stay_id}
-  AND d.itemid = {itemid} AND d.label = {label}"""
+  AND cpt.concept = {label}"""
 
 STAY_PREMISE = Premise("itemid", "label", f"""
-SELECT d.itemid, d.label FROM mimiciv_icu.d_items d
-WHERE d.itemid IN ({VITAL_IDS}) AND d.itemid NOT IN (
-    SELECT itemid FROM mimiciv_icu.chartevents WHERE stay_id = {{stay_id}})
-ORDER BY d.itemid""")
+SELECT p.itemid, p.concept FROM {VITAL_PRIMARY}
+WHERE p.concept NOT IN (
+    SELECT c2.concept FROM mimiciv_icu.chartevents e2 JOIN {relation("vital")} c2(concept, itemid) ON c2.itemid = e2.itemid
+    WHERE e2.stay_id = {{stay_id}})
+ORDER BY p.concept""")
 
 SINGLE = ("missing_evidence", "out_of_window", "conflicting_records", "implausible_value", "unit_mismatch",
           "missing_value", "encoding_corruption", "nonexistent_entity", "false_premise", "lexical_variation",
@@ -47,7 +61,9 @@ SINGLE = ("missing_evidence", "out_of_window", "conflicting_records", "implausib
 EXTREME = tuple(s for s in SINGLE if s != "missing_value")
 
 # (population templates list no unit mismatch: the only vital-sign conversion, °F/°C, moves a row to
-# another item, which is ambiguous in a cohort that legitimately charts both items)
+# another item, which is ambiguous in a cohort that legitimately charts both items; for the same reason
+# they leave the two unit-specific temperature concepts out)
+NO_TEMPERATURE = "cpt.concept NOT LIKE 'temperature%'"
 
 # vital-sign thresholds that define a clinically notable reading
 HIGH = {220045: 120.0, 220210: 30.0, 223761: 100.4, 220179: 180.0, 220050: 180.0, 223762: 38.0}
@@ -102,22 +118,22 @@ register(
             "Between {t0} and {t1}, what was the average {label} of patient {subject_id}?",
         ),
         sampler_sql=f"""
-SELECT s.subject_id, e.itemid, d.label,
+SELECT s.subject_id, p.itemid, cpt.concept AS label,
        date_trunc('minute', s.intime) AS t0, date_trunc('minute', s.intime) + INTERVAL 24 HOUR AS t1
 FROM mimiciv_icu.icustays s
 JOIN mimiciv_icu.chartevents e ON e.stay_id = s.stay_id
-JOIN mimiciv_icu.d_items d ON d.itemid = e.itemid
-WHERE e.itemid IN ({VITAL_IDS})
-  AND e.charttime BETWEEN date_trunc('minute', s.intime) AND date_trunc('minute', s.intime) + INTERVAL 24 HOUR
+{VITAL_JOIN}
+JOIN {VITAL_PRIMARY} ON p.concept = cpt.concept
+WHERE e.charttime BETWEEN date_trunc('minute', s.intime) AND date_trunc('minute', s.intime) + INTERVAL 24 HOUR
 GROUP BY ALL
 HAVING count(*) >= 3""",
         gold_sql="""SELECT avg(e.valuenum)
 FROM {chartevents} e
-JOIN mimiciv_icu.d_items d ON d.itemid = e.itemid
-WHERE e.subject_id = {subject_id} AND d.itemid = {itemid} AND d.label = {label}
+""" + VITAL_JOIN + """
+WHERE e.subject_id = {subject_id} AND cpt.concept = {label}
   AND e.charttime BETWEEN {t0} AND {t1}""",
         answer=MEAN,
-        evidence=Evidence(**{**CHART_EVIDENCE, "where": "e.subject_id = {subject_id} AND e.itemid = {itemid} "
+        evidence=Evidence(**{**CHART_EVIDENCE, "where": "e.subject_id = {subject_id} AND cpt.concept = {label} "
                                                          "AND e.charttime BETWEEN {t0} AND {t1}"},
                           focus="any", aggregate=True),
         noise=("duplicate_records", "conflicting_records", "implausible_value", "unit_mismatch",
@@ -137,10 +153,11 @@ WHERE e.subject_id = {subject_id} AND d.itemid = {itemid} AND d.label = {label}
             "Count the {label} values greater than {threshold} {unit} of patient {subject_id} in ICU stay {stay_id}.",
         ),
         sampler_sql=f"""
-SELECT e.subject_id, e.stay_id, e.itemid, d.label, t.threshold, t.unit
+SELECT e.subject_id, e.stay_id, p.itemid, cpt.concept AS label, t.threshold, t.unit
 FROM mimiciv_icu.chartevents e
-JOIN mimiciv_icu.d_items d ON d.itemid = e.itemid
-JOIN (VALUES {HIGH_VALUES}) t(itemid, threshold, unit) ON t.itemid = e.itemid
+{VITAL_JOIN}
+JOIN {VITAL_PRIMARY} ON p.concept = cpt.concept
+JOIN (VALUES {HIGH_VALUES}) t(itemid, threshold, unit) ON t.itemid = p.itemid
 GROUP BY ALL
 HAVING count(*) FILTER (WHERE e.valuenum > t.threshold) >= 1""",
         gold_sql="SELECT count(*)\nFROM {chartevents} e" + STAY_FILTER + "\n  AND e.valuenum > {threshold}",
@@ -152,25 +169,25 @@ HAVING count(*) FILTER (WHERE e.valuenum > t.threshold) >= 1""",
     Template(
         id="vitals.urine_output_stay", intent="vitals", level="patient",
         paraphrases=(
-            "What was the total {label} output (mL) of patient {subject_id} during ICU stay {stay_id}?",
-            "How many mL of {label} output were recorded for patient {subject_id} in ICU stay {stay_id}?",
+            "What was the total {label} (mL) of patient {subject_id} during ICU stay {stay_id}?",
+            "How many mL of {label} were recorded for patient {subject_id} in ICU stay {stay_id}?",
             "Sum the {label} volumes charted for patient {subject_id} over ICU stay {stay_id} (mL).",
         ),
         sampler_sql=f"""
-SELECT e.subject_id, e.stay_id, e.itemid, d.label
+SELECT e.subject_id, e.stay_id, p.itemid, cpt.concept AS label
 FROM mimiciv_icu.outputevents e
-JOIN mimiciv_icu.d_items d ON d.itemid = e.itemid
-WHERE e.itemid IN ({OUTPUT_IDS})
+{URINE_JOIN}
+JOIN {URINE_PRIMARY} ON p.concept = cpt.concept
 GROUP BY ALL
 HAVING count(*) >= 2""",
         gold_sql="""SELECT sum(e.value)
 FROM {outputevents} e
-JOIN mimiciv_icu.d_items d ON d.itemid = e.itemid
+""" + URINE_JOIN + """
 WHERE e.subject_id = {subject_id} AND e.stay_id = {stay_id}
-  AND d.itemid = {itemid} AND d.label = {label}""",
+  AND cpt.concept = {label}""",
         answer=NUMBER,
-        evidence=Evidence(table="outputevents",
-                          where="e.subject_id = {subject_id} AND e.stay_id = {stay_id} AND e.itemid = {itemid}",
+        evidence=Evidence(table="outputevents", join=URINE_JOIN,
+                          where="e.subject_id = {subject_id} AND e.stay_id = {stay_id} AND cpt.concept = {label}",
                           key=("stay_id", "itemid", "charttime"), time_col="charttime", value_col="value",
                           unit_col="valueuom", item_col="itemid", item_param="itemid", window=ICU_WINDOW,
                           store_col="storetime", focus="any", aggregate=True),
@@ -178,10 +195,11 @@ WHERE e.subject_id = {subject_id} AND e.stay_id = {stay_id}
                "nonexistent_entity", "false_premise", "lexical_variation", "out_of_scope"),
         entity_ref="stay_id", lexical="label",
         premise=Premise("itemid", "label", f"""
-SELECT d.itemid, d.label FROM mimiciv_icu.d_items d
-WHERE d.itemid IN ({OUTPUT_IDS}) AND d.itemid NOT IN (
-    SELECT itemid FROM mimiciv_icu.outputevents WHERE stay_id = {{stay_id}})
-ORDER BY d.itemid"""),
+SELECT p.itemid, p.concept FROM {URINE_PRIMARY}
+WHERE p.concept NOT IN (
+    SELECT c2.concept FROM mimiciv_icu.outputevents e2 JOIN {relation("urine")} c2(concept, itemid) ON c2.itemid = e2.itemid
+    WHERE e2.stay_id = {{stay_id}})
+ORDER BY p.concept"""),
         description="total urine output of an ICU stay",
     ),
 )
@@ -189,26 +207,29 @@ ORDER BY d.itemid"""),
 # ---------------------------------------------------------------- population level
 
 COHORT_SAMPLER = f"""
-SELECT extract(year FROM s.intime) AS year, s.first_careunit, e.itemid, d.label
+SELECT extract(year FROM s.intime) AS year, cu.concept AS first_careunit, p.itemid, cpt.concept AS label
 FROM mimiciv_icu.icustays s
+{UNIT_JOIN}
 JOIN mimiciv_icu.chartevents e ON e.stay_id = s.stay_id
-JOIN mimiciv_icu.d_items d ON d.itemid = e.itemid
-WHERE e.itemid IN ({VITAL_IDS})
+{VITAL_JOIN}
+JOIN {VITAL_PRIMARY} ON p.concept = cpt.concept
+WHERE {NO_TEMPERATURE}
 GROUP BY ALL
 HAVING count(*) BETWEEN 3 AND 1500
 """
 
 COHORT_EVIDENCE = dict(
     CHART_EVIDENCE,
-    join="JOIN mimiciv_icu.icustays s ON s.stay_id = e.stay_id",
-    where="e.itemid = {itemid} AND s.first_careunit = {first_careunit} AND extract(year FROM s.intime) = {year}",
+    join=VITAL_JOIN + " JOIN mimiciv_icu.icustays s ON s.stay_id = e.stay_id " + UNIT_JOIN,
+    where="cpt.concept = {label} AND cu.concept = {first_careunit} AND extract(year FROM s.intime) = {year}",
 )
 
 COHORT_FILTER = """
 JOIN mimiciv_icu.icustays s ON s.stay_id = e.stay_id
-JOIN mimiciv_icu.d_items d ON d.itemid = e.itemid
-WHERE d.itemid = {itemid} AND d.label = {label}
-  AND s.first_careunit = {first_careunit} AND extract(year FROM s.intime) = {year}"""
+""" + UNIT_JOIN + """
+""" + VITAL_JOIN + """
+WHERE cpt.concept = {label}
+  AND cu.concept = {first_careunit} AND extract(year FROM s.intime) = {year}"""
 
 DB_SCOPE = "SELECT min(intime), max(outtime) FROM mimiciv_icu.icustays"
 
@@ -218,8 +239,9 @@ register(
         paraphrases=(
             "What was the mean {label} over all readings of ICU stays that started in {year} in the "
             "{first_careunit}?",
-            "Across ICU stays beginning in {year} with first care unit {first_careunit}, what was the average {label}?",
-            "Average {label} of {first_careunit} stays admitted in {year}: what was it?",
+            "Across ICU stays beginning in {year} whose first unit was the {first_careunit}, what was the average "
+            "{label}?",
+            "Average {label} of the {first_careunit} stays admitted in {year}: what was it?",
         ),
         sampler_sql=COHORT_SAMPLER,
         gold_sql="SELECT avg(e.valuenum)\nFROM {chartevents} e" + COHORT_FILTER,
@@ -233,8 +255,8 @@ register(
         id="vitals.cohort_max", intent="vitals", level="population",
         paraphrases=(
             "What was the highest {label} charted in ICU stays that started in {year} in the {first_careunit}?",
-            "Among {first_careunit} stays beginning in {year}, what was the maximum {label}?",
-            "Report the peak {label} across ICU stays of {year} whose first unit was {first_careunit}.",
+            "Among the {first_careunit} stays beginning in {year}, what was the maximum {label}?",
+            "Report the peak {label} across ICU stays of {year} whose first unit was the {first_careunit}.",
         ),
         sampler_sql=COHORT_SAMPLER,
         gold_sql="SELECT max(e.valuenum)\nFROM {chartevents} e" + COHORT_FILTER,
@@ -252,11 +274,13 @@ register(
             "Of all ICU stays in {year}, what percent had any {label} > {threshold} {unit}?",
         ),
         sampler_sql=f"""
-SELECT extract(year FROM s.intime) AS year, e.itemid, d.label, t.threshold, t.unit
+SELECT extract(year FROM s.intime) AS year, p.itemid, cpt.concept AS label, t.threshold, t.unit
 FROM mimiciv_icu.icustays s
 JOIN mimiciv_icu.chartevents e ON e.stay_id = s.stay_id
-JOIN mimiciv_icu.d_items d ON d.itemid = e.itemid
-JOIN (VALUES {HIGH_VALUES}) t(itemid, threshold, unit) ON t.itemid = e.itemid
+{VITAL_JOIN}
+JOIN {VITAL_PRIMARY} ON p.concept = cpt.concept
+JOIN (VALUES {HIGH_VALUES}) t(itemid, threshold, unit) ON t.itemid = p.itemid
+WHERE {NO_TEMPERATURE}
 GROUP BY ALL
 HAVING count(*) BETWEEN 3 AND 3000 AND count(*) FILTER (WHERE e.valuenum > t.threshold) >= 1""",
         gold_sql="""WITH stays AS (
@@ -264,13 +288,14 @@ HAVING count(*) BETWEEN 3 AND 3000 AND count(*) FILTER (WHERE e.valuenum > t.thr
 ), high AS (
   SELECT DISTINCT e.stay_id
   FROM {chartevents} e
-  JOIN mimiciv_icu.d_items d ON d.itemid = e.itemid
-  WHERE d.itemid = {itemid} AND d.label = {label} AND e.valuenum > {threshold}
+  """ + VITAL_JOIN + """
+  WHERE cpt.concept = {label} AND e.valuenum > {threshold}
     AND e.stay_id IN (SELECT stay_id FROM stays)
 )
 SELECT 100.0 * (SELECT count(*) FROM high) / (SELECT count(*) FROM stays)""",
         answer=MEAN,
-        evidence=Evidence(**{**COHORT_EVIDENCE, "where": "e.itemid = {itemid} AND extract(year FROM s.intime) = {year}"},
+        evidence=Evidence(**{**COHORT_EVIDENCE, "join": VITAL_JOIN + " JOIN mimiciv_icu.icustays s ON s.stay_id = e.stay_id",
+                                "where": "cpt.concept = {label} AND extract(year FROM s.intime) = {year}"},
                           focus="min", aggregate=True),
         noise=("out_of_window", "conflicting_records", "implausible_value", "missing_evidence",
                "temporal_mismatch", "lexical_variation", "out_of_scope"),
@@ -280,31 +305,32 @@ SELECT 100.0 * (SELECT count(*) FROM high) / (SELECT count(*) FROM stays)""",
     Template(
         id="vitals.cohort_mean_urine", intent="vitals", level="population",
         paraphrases=(
-            "Across ICU stays that started in {year}, what was the mean total {label} output per stay (mL)?",
-            "What was the average per-stay sum of {label} output (mL) for ICU stays beginning in {year}?",
-            "For ICU stays of {year} with {label} output recorded, what was the mean total volume per stay in mL?",
+            "Across ICU stays that started in {year} with any {label} charted, what was the mean total {label} "
+            "per stay (mL)?",
+            "What was the average per-stay sum of {label} (mL) for ICU stays beginning in {year} that recorded it?",
+            "For ICU stays of {year} with {label} recorded, what was the mean total volume per stay in mL?",
         ),
         sampler_sql=f"""
-SELECT extract(year FROM s.intime) AS year, e.itemid, d.label
+SELECT extract(year FROM s.intime) AS year, p.itemid, cpt.concept AS label
 FROM mimiciv_icu.icustays s
 JOIN mimiciv_icu.outputevents e ON e.stay_id = s.stay_id
-JOIN mimiciv_icu.d_items d ON d.itemid = e.itemid
-WHERE e.itemid IN ({OUTPUT_IDS})
+{URINE_JOIN}
+JOIN {URINE_PRIMARY} ON p.concept = cpt.concept
 GROUP BY ALL
 HAVING count(*) BETWEEN 3 AND 3000""",
         gold_sql="""WITH per_stay AS (
   SELECT e.stay_id, sum(e.value) AS total
   FROM {outputevents} e
   JOIN mimiciv_icu.icustays s ON s.stay_id = e.stay_id
-  JOIN mimiciv_icu.d_items d ON d.itemid = e.itemid
-  WHERE d.itemid = {itemid} AND d.label = {label} AND extract(year FROM s.intime) = {year}
+  """ + URINE_JOIN + """
+  WHERE cpt.concept = {label} AND extract(year FROM s.intime) = {year}
   GROUP BY e.stay_id
 )
 SELECT avg(total) FROM per_stay""",
         answer=MEAN,
         evidence=Evidence(table="outputevents",
-                          join="JOIN mimiciv_icu.icustays s ON s.stay_id = e.stay_id",
-                          where="e.itemid = {itemid} AND extract(year FROM s.intime) = {year}",
+                          join=URINE_JOIN + " JOIN mimiciv_icu.icustays s ON s.stay_id = e.stay_id",
+                          where="cpt.concept = {label} AND extract(year FROM s.intime) = {year}",
                           key=("stay_id", "itemid", "charttime"), time_col="charttime", value_col="value",
                           unit_col="valueuom", item_col="itemid", item_param="itemid", window=ICU_WINDOW,
                           store_col="storetime", focus="any", aggregate=True),
