@@ -12,6 +12,7 @@ task id or the expected reason code.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -108,6 +109,40 @@ def test_briefings_reveal_nothing(noisy: list[Task]) -> None:
             assert b.task_id == task.public_id and b.task is None
             assert_clean(task, f"{agent.name}'s briefing", [b.task_id, b.question, b.draft_sql or "",
                                                             b.answer_type or "", str(b.seed)])
+
+
+def test_drafts_and_answer_formats_do_not_differ_on_data_noise(bench: Benchmark) -> None:
+    """The DRAFT entitlement: a record/value-level twin gets its clean twin's draft and answer format."""
+    agent = make_agent("literal")
+    for clean, noise in bench.pairs():
+        a, b = make_briefing(agent, clean, 0, 1), make_briefing(agent, noise, 0, 1)
+        assert a.answer_type == b.answer_type
+        if noise.noise.level != "query" or noise.noise.subtype == "out_of_scope":
+            assert a.draft_sql == b.draft_sql, noise.task_id
+
+
+def _episode(env: EhrEnv, agent: Any, task: Task) -> list[dict[str, Any]]:
+    """The actions ``agent`` takes on ``task`` (through the runner's briefing)."""
+    obs = env.reset(task)
+    agent.reset(obs, make_briefing(agent, task, 0, 1))
+    while not env.done:
+        obs = env.step(agent.act(obs)).observation
+    return [s.action for s in env.trajectory.steps]
+
+
+def test_skeptic_decides_from_the_data_not_from_question_cues(bench: Benchmark) -> None:
+    """An out-of-scope twin has its clean twin's data and draft: a skeptic that checks only the
+    evidence must act on it exactly as on the clean twin (no cue list, no draft-vs-question check)."""
+    agent = make_agent("skeptic")
+    pairs = [(c, n) for c, n in bench.pairs() if n.noise.subtype == "out_of_scope"]
+    assert pairs
+    with EhrEnv(_db_of(bench), EnvConfig(max_steps=20, python=False, schema_summary=False)) as env:
+        for clean, noise in pairs:
+            assert _episode(env, agent, noise) == _episode(env, agent, clean), noise.task_id
+            for question in ("What is the home phone number of the patient's next of kin?",
+                             "How many of these patients own a pet or play music?"):
+                fake = dataclasses.replace(clean, question=question)
+                assert _episode(env, agent, fake) == _episode(env, agent, clean)
 
 
 def test_observations_tool_results_and_trajectories_reveal_nothing(bench: Benchmark, noisy: list[Task]) -> None:
