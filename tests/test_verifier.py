@@ -26,7 +26,7 @@ CASES = [
     ("number", 7.25, {}, "7.25", True),
     ("number", 7.25, {}, 7.2507, True),             # |diff|/7.25 = 9.7e-5 < 1e-3
     ("number", 7.25, {}, "7.26", False),            # 1.4e-3 > 1e-3
-    ("number", 7.25, {}, "about 7.25 mg/dL", True),
+    ("number", 7.25, {}, "7.25 mg/dL", True),       # a unit is allowed (and ignored)
     ("number", 100.0, {"rel_tol": 0.05}, 104, True),
     ("number", 1234.5, {}, "1,234.5", True),
     ("number", 0.0, {"abs_tol": 0.01}, "0.005", True),
