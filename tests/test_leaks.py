@@ -100,6 +100,16 @@ def test_public_ids_are_opaque_unique_and_stable(bench: Benchmark) -> None:
         assert a[:6] != b[:6] and a[-6:] != b[-6:]
 
 
+def test_every_expected_reason_has_an_equivalence_decision(noisy: list[Task]) -> None:
+    """Each abstention a subtype expects is covered by ACCEPTED_REASONS (an injector that starts
+    expecting another reason must decide, in ehrgym.vocab, which reasons its evidence allows)."""
+    from ehrgym.vocab import ACCEPTED_REASONS
+
+    for t in noisy:
+        if t.expected.is_abstain:
+            assert t.expected.reason in ACCEPTED_REASONS[t.noise.subtype], (t.task_id, t.expected.reason)
+
+
 def test_briefings_reveal_nothing(noisy: list[Task]) -> None:
     agents = {name: make_agent(name) for name in ("credulous", "skeptic", "literal")}
     assert {a.entitlement for a in agents.values()} == {Entitlement.DRAFT}
