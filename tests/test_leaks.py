@@ -32,6 +32,9 @@ from ehrgym.eval.runner import make_briefing
 from ehrgym.vocab import NOISE_SUBTYPES
 
 PUBLIC_ID = re.compile(r"task-[0-9a-f]{16}")
+OVERLAID_TABLES = ("labevents", "chartevents", "inputevents", "outputevents", "prescriptions", "emar",
+                   "microbiologyevents", "diagnoses_icd", "drgcodes", "admissions", "icustays", "patients",
+                   "transfers")
 RESET_INFO_KEYS = {"task_id", "intent", "level", "max_steps"}
 END_INFO_KEYS = {"verdict", "termination"}  # the evaluator's verdict, once the episode is over
 
@@ -156,9 +159,10 @@ def test_skeptic_decides_from_the_data_not_from_question_cues(bench: Benchmark) 
 
 
 def test_observations_tool_results_and_trajectories_reveal_nothing(bench: Benchmark, noisy: list[Task]) -> None:
-    config = EnvConfig(max_steps=10, python=False)
+    config = EnvConfig(max_steps=10 + len(OVERLAID_TABLES), python=False)
     shared = shared_texts(config)
     firsts, constant = set(), {}
+    some_clean = bench.filter(variant="clean")[:10]
     with EhrEnv.from_benchmark(bench.path, _db_of(bench), config) as env:
         for task in noisy + bench.filter(variant="clean"):
             obs = env.reset(task.public_id)
@@ -172,7 +176,12 @@ def test_observations_tool_results_and_trajectories_reveal_nothing(bench: Benchm
                 "gated": env.step("SQL: SELECT * FROM duckdb_views()"),
                 "invalid": env.step("what should I do now?"),
             }
-            for name in ("error", "gated", "invalid"):  # the same for every task, clean or noisy
+            # an error on a table must not show whether (and how) an overlay shadows it
+            for table in task.overlay.tables if task.noise else OVERLAID_TABLES if task in some_clean else ():
+                if table in OVERLAID_TABLES:
+                    steps[f"error-{table}"] = env.step(f"SQL: SELECT * FROM {table} WHERE subject_id = 'abc'")
+            for name in [k for k in steps if k.startswith(("error", "gated", "invalid"))]:
+                # the same for every task, clean or noisy
                 constant.setdefault(name, set()).add(steps[name].observation.text)
             final = env.step("ANSWER: 1")  # its echo must not add anything either
             if task.variant == "clean":
@@ -200,6 +209,7 @@ def test_observations_tool_results_and_trajectories_reveal_nothing(bench: Benchm
                              [v for row in edit.insert_rows for v in row.values() if isinstance(v, str)])
     assert len(firsts) == 1, "first observations differ beyond the question"
     assert all(len(texts) == 1 for texts in constant.values()), {k: len(v) for k, v in constant.items()}
+    assert {f"error-{t}" for t in OVERLAID_TABLES} <= set(constant)
 
 
 def test_python_worker_globals_are_task_free(bench: Benchmark, noisy: list[Task]) -> None:
