@@ -61,6 +61,8 @@ def test_signs_notation_separators_and_units(given: str, gold: float, ok: bool) 
     ("yes, probably", True, False), ("probably yes", True, False), ("maybe", True, False), ("yes?", True, False),
     ("no, but present", False, False), ("no or yes", False, False), ("yes/no", True, False),
     ("yes " + "indeed " * 40, True, False), ("Yes, it isn't", True, False), ("either", True, False),
+    ("y", True, True), ("1", True, True), ("n", False, True), ("0", False, True), ("n/a", False, False),
+    ("N/A", False, False), ("0, 1", False, False), ("1 dose", True, False),
 ])
 def test_yes_no_answers(given: str, gold: bool, ok: bool) -> None:
     assert scored("boolean", gold, given) is ok

@@ -22,7 +22,8 @@ under these rules; an answer that breaks one is *not comparable* (the verdict sa
 * **yes/no**: the first word is the answer (``yes``/``true``/``present``/``positive`` or
   ``no``/``false``/``absent``/``negative``/``none``); the rest may explain but must not hold a
   word of the other polarity (``"yes and no"``, ``"yes, not married"``) or a hedge
-  (``"yes, probably"``);
+  (``"yes, probably"``); the short forms ``y``/``n``/``t``/``f``/``1``/``0`` only stand alone
+  (``"n/a"`` is not "no");
 * **dates and times** must be the whole answer in one of the accepted formats (nothing else);
 * **text, sets and lists** compare exactly (case and whitespace folded; sets ignore order and
   repeats, lists keep order), so an extra, a missing or a hedged element makes them wrong;
@@ -164,6 +165,9 @@ def parse_boolean(value: Any) -> bool:
     tokens = re.findall(r"[a-z0-9]+(?:'[a-z]+)?", text)
     if not tokens or (tokens[0] not in _YES and tokens[0] not in _NO):
         raise NotComparable(f"{value!r} is not yes/no (start the answer with yes or no)")
+    if len(tokens) > 1 and tokens[0] not in _YES_WORDS | _NO_WORDS:
+        # "y", "n", "1", "0" … only on their own ("n/a" is not "no", "1 or 2 doses" is not "yes")
+        raise NotComparable(f"{value!r} is not yes/no (a short form like y/n/1/0 must stand alone)")
     answer = tokens[0] in _YES
     rest = set(tokens[1:])
     opposite = _NO_WORDS if answer else _YES_WORDS
