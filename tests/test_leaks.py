@@ -158,6 +158,24 @@ def test_skeptic_decides_from_the_data_not_from_question_cues(bench: Benchmark) 
                 assert _episode(env, agent, fake) == _episode(env, agent, clean)
 
 
+def test_literal_is_the_floor(bench: Benchmark) -> None:
+    """``literal`` answers every clean task right and succeeds on a noisy one only by abstaining on
+    an empty draft result — what reading the result literally earns, nothing more."""
+    agent = make_agent("literal")
+    wins = 0
+    with EhrEnv(_db_of(bench), EnvConfig(max_steps=5, python=False, schema_summary=False)) as env:
+        for task in bench.tasks:
+            actions = _episode(env, agent, task)
+            assert actions[0] == {"tool": "sql", "query": task.naive_sql}
+            verdict = env.verdict
+            if task.variant == "clean":
+                assert verdict.success_strict, (task.task_id, verdict)
+            elif verdict.success_strict:
+                wins += 1
+                assert actions[-1]["abstain"] == "insufficient_evidence" and task.expected.is_abstain
+    assert 0 < wins < len(bench.filter(variant="noise")) / 2
+
+
 def test_observations_tool_results_and_trajectories_reveal_nothing(bench: Benchmark, noisy: list[Task]) -> None:
     config = EnvConfig(max_steps=10 + len(OVERLAID_TABLES), python=False)
     shared = shared_texts(config)
