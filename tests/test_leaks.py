@@ -98,6 +98,12 @@ def test_public_ids_are_opaque_unique_and_stable(bench: Benchmark) -> None:
         assert t.public_id == public_task_id(Task.from_dict(json.loads(task_to_json(t))))
         assert t.variant not in t.public_id and t.pair_id not in t.public_id
         assert bench.task(t.public_id) is t and bench.task(t.task_id) is t
+    from click.testing import CliRunner
+
+    from ehrgym.cli import cli
+
+    shown = CliRunner().invoke(cli, ["bench", "show", str(bench.path), ids[0]])  # humans look trajectories up
+    assert shown.exit_code == 0 and bench.tasks[0].task_id in shown.output, shown.output
     for clean, noise in bench.pairs():  # twins share no visible structure
         a, b = clean.public_id[5:], noise.public_id[5:]
         assert a[:6] != b[:6] and a[-6:] != b[-6:]

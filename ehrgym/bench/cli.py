@@ -49,17 +49,19 @@ def card(path: Path, as_json: bool) -> None:
 @click.argument("path", type=click.Path(file_okay=False, path_type=Path))
 @click.argument("task_or_pair_id")
 def show(path: Path, task_or_pair_id: str) -> None:
-    """Show a task, or both tasks of a pair: question, expected outcome, noise and SQL."""
+    """Show a task (by its id or the public id agents see), or both tasks of a pair."""
     from ehrgym.bench.dataset import load_benchmark
     from ehrgym.errors import BenchmarkError
 
     bench = load_benchmark(path)
-    tasks = [t for t in bench.tasks if t.task_id == task_or_pair_id or t.pair_id == task_or_pair_id]
+    tasks = [t for t in bench.tasks if task_or_pair_id in (t.task_id, t.pair_id)]
+    if not tasks and task_or_pair_id in bench.by_public_id:  # the opaque id an agent's trajectory shows
+        tasks = [bench.by_public_id[task_or_pair_id]]
     if not tasks:
         raise BenchmarkError(f"no task or pair {task_or_pair_id!r} in {path}; ids look like "
                              f"{bench.tasks[0].task_id if bench.tasks else '…'}")
     for t in tasks:
-        click.echo(f"== {t.task_id} [{t.split}] {t.intent}/{t.level} {t.template_id}")
+        click.echo(f"== {t.task_id} ({t.public_id}) [{t.split}] {t.intent}/{t.level} {t.template_id}")
         click.echo(f"Q: {t.question}")
         exp = t.expected
         click.echo(f"expected: {exp.kind} " + (repr(exp.value) if exp.kind == "answer" else str(exp.reason)))
