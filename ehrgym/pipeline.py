@@ -19,7 +19,7 @@ evaluates every task; the dataset statistics always describe the whole benchmark
 Sources are small registered objects (:data:`SOURCES`): ``synthetic`` (the embedded generator,
 default), ``demo`` (the open MIMIC-IV demo; ``--mimic-dir`` defaults to
 ``../shared/mimic-iv-demo-2.2``) and ``mimic`` (the credentialed release; ``--mimic-dir`` is
-required). Baselines: ``oracle``, ``credulous`` and ``skeptic``; the ``chat`` agent joins when a
+required). Baselines: ``oracle``, ``credulous``, ``literal`` and ``skeptic``; the ``chat`` agent joins when a
 model endpoint is configured (``--model``/``--base-url`` or ``EHRGYM_MODEL``/``OPENAI_BASE_URL``).
 """
 
@@ -41,7 +41,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 DEFAULT_PATIENTS = 1000          # `make reproduce` default (see the module docstring of benchmarks)
 DEFAULT_DEMO_DIR = REPO_ROOT.parent / "shared" / "mimic-iv-demo-2.2"
-BASELINES: tuple[str, ...] = ("oracle", "credulous", "skeptic")
+BASELINES: tuple[str, ...] = ("oracle", "credulous", "literal", "skeptic")
 # the baselines are evaluated on the held-out test split (the train split is for SFT/RL); the dataset
 # statistics always cover the whole benchmark. `--split all` evaluates every task.
 DEFAULT_SPLIT = "test"

@@ -34,3 +34,41 @@ ABSTAIN_REASONS: tuple[str, ...] = (
 )
 
 ANSWER_TYPES: tuple[str, ...] = ("number", "integer", "string", "set", "list", "datetime", "date", "boolean")
+
+# Reason equivalence under strict scoring. When the evidence an agent can see cannot tell two
+# abstention reasons apart, both are correct: a noisy task of subtype S that expects reason R
+# accepts every reason of ACCEPTED_REASONS[S] when R is in it (otherwise R alone). The one
+# place this is defined; the verifier and the metrics read it through accepted_reasons().
+ACCEPTED_REASONS: dict[str, frozenset[str]] = {
+    # deleted evidence rows look exactly like an event that never happened (the entity itself
+    # still leaves traces elsewhere, so invalid_reference stays wrong)
+    "missing_evidence": frozenset({"insufficient_evidence", "false_premise"}),
+    # the presupposed event leaves no rows: indistinguishable from rows that were lost
+    "false_premise": frozenset({"false_premise", "insufficient_evidence"}),
+    # a window with no records of the patient: a false premise, or simply no evidence in it
+    "temporal_mismatch": frozenset({"false_premise", "insufficient_evidence"}),
+    # the id is absent from every table: only an invalid reference explains that
+    "nonexistent_entity": frozenset({"invalid_reference"}),
+    # the schema has no place for it: missing evidence would misdescribe an unanswerable question
+    "out_of_scope": frozenset({"out_of_scope"}),
+    # two different values for one measurement are visible side by side
+    "conflicting_records": frozenset({"conflicting_evidence"}),
+    # the impossible value is visible; "no evidence" would hide what the records show
+    "implausible_value": frozenset({"implausible_value"}),
+    # the row exists (the event happened) but carries no value: nothing else fits
+    "missing_value": frozenset({"insufficient_evidence"}),
+    # recoverable subtypes expect an answer; an abstention on them has no equivalent reason
+    "duplicate_records": frozenset(),
+    "out_of_window": frozenset(),
+    "unit_mismatch": frozenset(),
+    "encoding_corruption": frozenset(),
+    "lexical_variation": frozenset(),
+}
+assert set(ACCEPTED_REASONS) == set(NOISE_SUBTYPES)
+assert all(r in ABSTAIN_REASONS for group in ACCEPTED_REASONS.values() for r in group)
+
+
+def accepted_reasons(subtype: str | None, expected: str) -> frozenset[str]:
+    """The abstention reasons strict scoring accepts on a task of ``subtype`` that expects ``expected``."""
+    group = ACCEPTED_REASONS.get(subtype or "", frozenset())
+    return group if expected in group else frozenset({expected})

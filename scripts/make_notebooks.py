@@ -214,15 +214,16 @@ appended to `RUNS/<agent>/episodes.jsonl` as they finish, and rerunning resumes 
 left off — so this notebook is cheap to run again.
 
 Baselines: `oracle` (replays the expected path; must score 100 %), `credulous` (runs the clean
-gold SQL and answers whatever comes back — the trap), `skeptic` (checks existence,
-plausibility, duplicates and units first). An LLM joins through any OpenAI-compatible endpoint:
+gold SQL and answers whatever comes back — the trap), `literal` (runs the same query and
+abstains when it returns nothing — the floor a robust agent must beat), `skeptic` (checks
+existence, plausibility, duplicates and units first). An LLM joins through any OpenAI-compatible endpoint:
 set `model` and `base_url` (or `EHRGYM_MODEL` / `OPENAI_BASE_URL`) and add `"chat"` to `agents`.
 """),
     params("""
 db_path = "../data/synthetic-p1000-s0.duckdb"
 bench_dir = "../data/bench/synthetic-p1000-s0-paper-s0"
 runs_dir = None           # None: DATA/runs/<benchmark name>
-agents = ["oracle", "credulous", "skeptic"]
+agents = ["oracle", "credulous", "literal", "skeptic"]
 k = 4                     # trials per task
 workers = 2               # concurrent episodes
 seed = 0                  # run seed (per-episode seeds derive from it)
@@ -283,6 +284,7 @@ into `tables/` and every figure (PNG, PDF) into `figures/`, then shows them.
 bench_dir = "../data/bench/synthetic-p1000-s0-paper-s0"
 run_dirs = ["../data/runs/synthetic-p1000-s0-paper-s0/oracle",
             "../data/runs/synthetic-p1000-s0-paper-s0/credulous",
+            "../data/runs/synthetic-p1000-s0-paper-s0/literal",
             "../data/runs/synthetic-p1000-s0-paper-s0/skeptic"]
 tables_out = "../tables"
 figures_out = "../figures"

@@ -7,7 +7,6 @@ import datetime as dt
 import duckdb
 import sqlglot
 
-from ehrgym.agents.skeptic import out_of_scope
 from ehrgym.agents.skeptic_sql import (TABLE_RULES, analyse_draft, best_name, clean_relation, pushdown,
                                        replace_literal, rewrite_tables)
 from ehrgym.db.schema import create_mimic_schema
@@ -51,13 +50,6 @@ def test_best_name_fixes_misspellings_and_abbreviations() -> None:
                                                     "Essential (primary) hypertension"]) == \
         "Unspecified essential hypertension"
     assert best_name("zebra", labels) is None
-
-
-def test_out_of_scope_cues() -> None:
-    assert out_of_scope("What is the phone number of the next of kin of patient 1?")
-    assert out_of_scope("How many of the patients admitted in 2174 owned a pet?")
-    assert not out_of_scope("What was the last creatinine of patient 10001 in admission 20001?")
-    assert not out_of_scope("Was patient 10001 married at admission 20001?")
 
 
 def test_pushdown_and_rewrite_keep_the_draft_answerable() -> None:

@@ -167,12 +167,14 @@ def test_abort_records_agent_error(env: EhrEnv) -> None:
 
 
 def test_trajectory_is_recorded_and_serialisable(env: EhrEnv) -> None:
-    env.reset(last_creat_task())
+    task = last_creat_task()
+    env.reset(task)
     env.step(SqlAction("SELECT 1"), usage={"prompt_tokens": 100, "completion_tokens": 7})
     env.step("nonsense")
     env.step(AnswerAction(1.4), usage={"prompt_tokens": 120, "completion_tokens": 5})
     data = json.loads(json.dumps(env.trajectory.to_dict()))
-    assert data["task_id"] == "t-clean" and data["termination"] == "answered"
+    # the trajectory is what the agent saw: it names the task by its opaque public id
+    assert data["task_id"] == task.public_id != task.task_id and data["termination"] == "answered"
     assert [s["action"]["tool"] for s in data["steps"]] == ["sql", "invalid", "answer"]
     assert data["prompt_tokens"] == 220 and data["completion_tokens"] == 12
     assert data["verdict"]["reward"] == 1.0 and data["initial_observation"].startswith("Question:")

@@ -45,9 +45,14 @@ def test_seeded_reset_is_reproducible_and_options_pick_a_task(tiny_db: Path) -> 
     obs_b, info_b = env.reset(seed=3)
     assert obs_a == obs_b and info_a == info_b
     seen = {env.reset(seed=s)[1]["task_id"] for s in range(20)}
-    assert seen == {t.task_id for t in TASKS}
+    assert seen == {t.public_id for t in TASKS}  # agents see opaque ids only
     obs, info = env.reset(options={"task_id": "t-noise"})
-    assert info["task_id"] == "t-noise" and info["variant"] == "noise" and info["noise_subtype"] == "missing_evidence"
+    noisy = next(t for t in TASKS if t.task_id == "t-noise")
+    assert info["task_id"] == noisy.public_id and set(info) == {"task_id", "intent", "level", "max_steps"}
+    task = env.unwrapped.current_task  # the evaluator side still knows everything
+    assert task.variant == "noise" and task.noise.subtype == "missing_evidence"
+    assert env.unwrapped.task_of(info["task_id"]) is task
+    assert env.reset(options={"task_id": noisy.public_id})[1]["task_id"] == noisy.public_id
     assert isinstance(obs, str) and obs.startswith("Question:") and env.observation_space.contains(obs)
     with pytest.raises(BenchmarkError):
         env.reset(options={"task_id": "nope"})
@@ -94,5 +99,5 @@ def test_make_with_module_prefix(tiny_db: Path) -> None:
     env = gym.make("ehrgym.env.gym:EHRRobustGym-v0", db_path=tiny_db, tasks=TASKS,
                    config=EnvConfig(max_steps=4, python=False))
     obs, info = env.reset(seed=1)
-    assert obs.startswith("Question:") and info["task_id"] in {t.task_id for t in TASKS}
+    assert obs.startswith("Question:") and info["task_id"] in {t.public_id for t in TASKS}
     env.close()

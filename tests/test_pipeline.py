@@ -32,7 +32,7 @@ def test_paths_and_parameters(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert cfg.db_path == (tmp_path / "d" / "synthetic-p300-s5.duckdb").resolve()
     assert cfg.bench_dir == (tmp_path / "d" / "bench" / "synthetic-p300-s5-small-s5").resolve()
     assert cfg.runs_dir == (tmp_path / "d" / "runs" / "synthetic-p300-s5-small-s5").resolve()
-    assert cfg.agent_list == ["oracle", "credulous", "skeptic"]
+    assert cfg.agent_list == ["oracle", "credulous", "literal", "skeptic"]
     params = cfg.notebook_parameters()
     assert list(params) == list(pipeline.PIPELINE_NOTEBOOKS)
     assert params["00_build_database"]["db_path"] == str(cfg.db_path)
@@ -59,7 +59,7 @@ def test_chat_joins_when_an_endpoint_is_configured(tmp_path: Path, monkeypatch: 
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     monkeypatch.setenv("EHRGYM_MODEL", "qwen2.5:7b")
     cfg = PipelineConfig(data=str(tmp_path))
-    assert cfg.agent_list == ["oracle", "credulous", "skeptic", "chat"]
+    assert cfg.agent_list == ["oracle", "credulous", "literal", "skeptic", "chat"]
     run_dirs = cfg.notebook_parameters()["03_robustness_analysis"]["run_dirs"]
     assert run_dirs[-1].endswith("chat-qwen2.5_7b")
     cfg = PipelineConfig(data=str(tmp_path), model="m", base_url="http://127.0.0.1:9/v1", agents=("credulous",))

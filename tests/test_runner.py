@@ -65,15 +65,17 @@ def stratified_pairs(tasks: list[Any], per_subtype: int) -> list[str]:
 
 # ---------------------------------------------------------------------------------------------
 def test_registry_and_entitlements(tasks: list[Any]) -> None:
-    assert {"oracle", "credulous", "skeptic", "chat", "hf"} <= set(agent_names())
+    assert {"oracle", "credulous", "literal", "skeptic", "chat", "hf"} <= set(agent_names())
     with pytest.raises(AgentError, match="unknown agent"):
         get_agent_entry("nope")
     with pytest.raises(AgentError, match="does not accept"):
         make_agent("credulous", model="x")
     task = tasks[0]
-    briefs = {name: make_briefing(make_agent(name), task, 2, 7) for name in ("oracle", "credulous", "skeptic")}
+    briefs = {name: make_briefing(make_agent(name), task, 2, 7) for name in ("oracle", "credulous", "literal",
+                                                                          "skeptic")}
     assert briefs["oracle"].task is task and briefs["oracle"].draft_sql == task.naive_sql
-    for name in ("credulous", "skeptic"):
+    assert all(b.task_id == task.public_id != task.task_id for b in briefs.values())  # opaque ids only
+    for name in ("credulous", "literal", "skeptic"):
         assert get_agent_entry(name).entitlement is Entitlement.DRAFT
         assert briefs[name].task is None and briefs[name].draft_sql == task.naive_sql
     chat_like = type("Chatty", (), {"entitlement": Entitlement.NONE})()

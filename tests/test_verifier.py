@@ -26,7 +26,7 @@ CASES = [
     ("number", 7.25, {}, "7.25", True),
     ("number", 7.25, {}, 7.2507, True),             # |diff|/7.25 = 9.7e-5 < 1e-3
     ("number", 7.25, {}, "7.26", False),            # 1.4e-3 > 1e-3
-    ("number", 7.25, {}, "about 7.25 mg/dL", True),
+    ("number", 7.25, {}, "7.25 mg/dL", True),       # a unit is allowed (and ignored)
     ("number", 100.0, {"rel_tol": 0.05}, 104, True),
     ("number", 1234.5, {}, "1,234.5", True),
     ("number", 0.0, {"abs_tol": 0.01}, "0.005", True),
@@ -108,3 +108,45 @@ def test_failures_are_from_the_record_vocabulary_and_round_trip() -> None:
         Verdict(False, False, 0.0, "bogus", "")
     with pytest.raises(ValueError):
         verify(ABSTAIN, None, scoring="generous")
+
+
+def noisy_abstain(subtype: str, reason: str) -> Task:
+    from ehrgym.vocab import NOISE_SUBTYPES
+
+    return Task("t2", "p2", "noise", "labs", "patient", "tpl", "Question?", "SELECT 1", "SELECT 1",
+                Expected("abstain", AnswerSpec("number"), reason=reason),
+                NoiseSpec(NOISE_SUBTYPES[subtype], subtype), "test")
+
+
+@pytest.mark.parametrize("subtype,expected,given,ok", [
+    ("missing_evidence", "insufficient_evidence", "insufficient_evidence", True),
+    ("missing_evidence", "insufficient_evidence", "false_premise", True),     # deleted rows = never happened
+    ("missing_evidence", "insufficient_evidence", "invalid_reference", False),
+    ("temporal_mismatch", "false_premise", "insufficient_evidence", True),
+    ("temporal_mismatch", "false_premise", "out_of_scope", False),
+    ("false_premise", "false_premise", "insufficient_evidence", True),
+    ("nonexistent_entity", "invalid_reference", "false_premise", False),
+    ("nonexistent_entity", "invalid_reference", "insufficient_evidence", False),
+    ("out_of_scope", "out_of_scope", "insufficient_evidence", False),
+    ("conflicting_records", "conflicting_evidence", "implausible_value", False),
+    ("implausible_value", "implausible_value", "insufficient_evidence", False),
+    ("missing_value", "insufficient_evidence", "false_premise", False),
+    # an expected reason outside the subtype's group accepts only itself
+    ("unit_mismatch", "implausible_value", "implausible_value", True),
+    ("unit_mismatch", "implausible_value", "insufficient_evidence", False),
+])
+def test_reason_equivalence_under_strict_scoring(subtype, expected, given, ok) -> None:
+    v = verify(noisy_abstain(subtype, expected), AnswerAction(abstain=given))
+    assert v.success_strict is ok and v.success_lenient
+    assert v.failure == (None if ok else "wrong_reason")
+
+
+def test_accepted_reasons_are_one_table_over_every_subtype() -> None:
+    from ehrgym.vocab import ABSTAIN_REASONS, ACCEPTED_REASONS, NOISE_SUBTYPES, accepted_reasons
+
+    assert set(ACCEPTED_REASONS) == set(NOISE_SUBTYPES)
+    for subtype, group in ACCEPTED_REASONS.items():
+        assert group <= set(ABSTAIN_REASONS)
+        for reason in group:
+            assert accepted_reasons(subtype, reason) == group
+    assert accepted_reasons(None, "out_of_scope") == {"out_of_scope"}  # a clean task: the expected reason

@@ -52,7 +52,7 @@ class Concurrency(enum.Enum):
 class Briefing:
     """What the runner hands an agent at ``reset`` besides the first observation."""
 
-    task_id: str
+    task_id: str                    # the task's opaque public id (Task.public_id), never the internal id
     trial: int
     question: str
     seed: int                       # per-episode seed (derived from the run seed, task and trial)

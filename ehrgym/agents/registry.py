@@ -38,6 +38,7 @@ class AgentEntry:
 _BUILTIN_MODULES: dict[str, str] = {
     "oracle": "ehrgym.agents.oracle",
     "credulous": "ehrgym.agents.credulous",
+    "literal": "ehrgym.agents.literal",
     "skeptic": "ehrgym.agents.skeptic",
     "chat": "ehrgym.agents.chat",
     "hf": "ehrgym.agents.hf",

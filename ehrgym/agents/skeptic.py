@@ -1,22 +1,24 @@
 """``skeptic``: a generic careful analyst. It checks the evidence before it answers.
 
 Entitled to the question and the task's draft SQL (the clean query a competent analyst would
-write first) — never to overlays, templates or expected outcomes. Its script, one SQL step each:
+write first) — never to overlays, templates or expected outcomes. It decides from what it reads
+in the data only: it has no list of question cues and does not compare the draft with the
+question's wording (so it cannot recognise an out-of-scope question: it scores what generic
+checking of the evidence earns). Its script, one SQL step each:
 
-1. **scope** (no query): a question about something no EHR table holds → abstain ``out_of_scope``;
-2. **probe**: do the referenced patient, admission and ICU stay exist (and belong together)?
+1. **probe**: do the referenced patient, admission and ICU stay exist (and belong together)?
    → ``invalid_reference``; does the question's time window overlap the patient's record (the
    whole database for cohort questions)? → ``false_premise``; does every name the draft
    matches on (item label, drug, organism …) exist?
-3. **names**: a name that does not exist is matched to the closest existing one (clinical
+2. **names**: a name that does not exist is matched to the closest existing one (clinical
    abbreviations, misspellings) and the draft is corrected — or, when nothing fits,
    ``false_premise``;
-4. **profile** each evidence table read by the draft (text values parsed, units converted):
+3. **profile** each evidence table read by the draft (text values parsed, units converted):
    rows outside their stay, duplicates, contradictory rows for one measurement
    (→ ``conflicting_evidence``), implausible values (item bounds from
    :func:`ehrgym.db.items.item_reference`), rows without a value; no evidence at all →
    ``insufficient_evidence``;
-5. **answer** from cleaned relations (in window, deduplicated, parsed, converted): an
+4. **answer** from cleaned relations (in window, deduplicated, parsed, converted): an
    aggregate ignores implausible and valueless rows; a single-value answer that rests on such
    a row abstains (``implausible_value`` / ``insufficient_evidence``).
 
@@ -25,7 +27,6 @@ Anything it cannot analyse, it runs as drafted (it is a baseline, not an oracle)
 
 from __future__ import annotations
 
-import re
 from typing import Any, Generator
 
 from ehrgym.agents.base import Agent, Briefing, Concurrency, Entitlement
@@ -38,42 +39,12 @@ from ehrgym.db.schema import table_spec
 from ehrgym.env.actions import Action, AnswerAction, SqlAction
 from ehrgym.errors import AgentError
 
-# What no table of an EHR like MIMIC-IV holds (a careful analyst knows the schema's scope).
-OUT_OF_SCOPE_CUES: tuple[str, ...] = (
-    r"\bgenom", r"\bgenetic", r"\bgenotype", r"\bdna\b", r"\bsequenc(ing|ed)\b", r"\bhome address",
-    r"\baddress\b", r"\bphone\b", r"\btelephone", r"\be-?mail", r"\bsocial security", r"\bssn\b",
-    r"\bfavou?rite", r"\bpreferen", r"\bhobb(y|ies)", r"\bincome\b", r"\bsalary", r"\bnet worth",
-    r"\breligio", r"\bpolitic", r"\bvot(e|ing)\b", r"\bshoe size", r"\beye colou?r", r"\bhair colou?r",
-    r"\bpets?\b", r"\bzip code", r"\bpostal code", r"\bsocial media", r"\bpassword", r"\bbank",
-    r"\bcredit card", r"\bweather", r"\bparking", r"\bhoroscope", r"\bzodiac", r"\bstar sign",
-    r"\bfull name", r"\bfirst name", r"\blast name", r"\bsurname", r"\bbirthplace", r"\bplace of birth",
-    r"\bdiet(ary)? preference", r"\bsleep(ing)? habit", r"\bexercise habit", r"\bmusic", r"\bmovie",
-    r"\bcar\b", r"\bvehicle", r"\bhandwriting", r"\bsatisf(ied|action)\b", r"\bmood on\b", r"\bopinion",
-    r"\bphotograph", r"\bselfie", r"\bfamily tree", r"\bchildhood", r"\bschool", r"\beducation level",
-    r"\bemployer", r"\boccupation", r"\bjob title", r"\bblood donation", r"\bwearable", r"\bsmartwatch",
-    r"\bstep count", r"\bfitbit", r"\bdna test", r"\bprefer", r"\bvoted?\b", r"\bsiblings?\b", r"\bgym\b",
-    r"\bcommut", r"\boutside the hospital", r"\bnext of kin", r"\bhousehold", r"\bfather", r"\bmother",
-    r"\bgrand(father|mother|parent)", r"\bspouse", r"\bwife\b", r"\bhusband", r"\bcigarette", r"\bsmok",
-    r"\balcohol consumption", r"\bdrinks? per",
-)
-_SCOPE = re.compile("|".join(OUT_OF_SCOPE_CUES), re.I)
-
-
 # where else a patient, admission or ICU stay leaves traces (its own row may be what is missing)
 TRACE_TABLES: dict[str, tuple[str, ...]] = {
     "subject_id": ("admissions",),
     "hadm_id": ("diagnoses_icd", "labevents", "transfers"),
     "stay_id": ("chartevents", "inputevents"),
 }
-
-
-def out_of_scope(question: str) -> bool:
-    return bool(_SCOPE.search(question or ""))
-
-
-def _mentioned(literal: str, question: str) -> bool:
-    norm = lambda x: re.sub(r"\s+", " ", x.casefold().strip("% "))  # noqa: E731
-    return norm(literal) in norm(question)
 
 
 def _abstain(reason: str, why: str) -> AnswerAction:
@@ -118,9 +89,6 @@ class SkepticAgent(Agent):
 
     # -- the script ----------------------------------------------------------------------------
     def _script(self, b: Briefing) -> Generator[Action, Any, None]:
-        if out_of_scope(b.question):
-            yield _abstain("out_of_scope", "the question asks for information no EHR table holds")
-            return
         try:
             a = analyse_draft(b.draft_sql or "")
         except Exception as exc:  # noqa: BLE001 - an unreadable draft is run as is
@@ -128,19 +96,13 @@ class SkepticAgent(Agent):
             yield from self._run_as_drafted(b.draft_sql or "")
             return
         tree = a.tree
-        unmatched = [n.literal for n in a.names if not _mentioned(n.literal, b.question)]
-        if unmatched:
-            # the draft matches on names the question never mentions: it answers another question
-            yield _abstain("out_of_scope", f"the question is not about {unmatched[0]!r} or anything the "
-                                           f"records hold")
-            return
 
-        # 2. probe: references, time window, names
+        # 1. probe: references, time window, names
         verdict, missing_names = yield from self._probe(a)
         if verdict is not None:
             yield verdict
             return
-        # 3. names
+        # 2. names
         for ref in missing_names:
             where = f"t.{ref.column} IS NOT NULL" + (f" AND {ref.others}" if ref.others else "")
             obs = yield SqlAction(f"SELECT list(DISTINCT t.{ref.column}) AS names FROM "
@@ -157,7 +119,7 @@ class SkepticAgent(Agent):
             tree = replace_literal(tree, ref.literal, fixed)
         items = tuple(a.items)
 
-        # 4. profile the evidence
+        # 3. profile the evidence
         bad_values = False
         empty = bool(a.evidence_tables)
         for table in a.evidence_tables:
@@ -188,7 +150,7 @@ class SkepticAgent(Agent):
             yield _abstain("insufficient_evidence", "no evidence rows for the question")
             return
 
-        # 5. answer from cleaned relations
+        # 4. answer from cleaned relations
         def used(rule: Any) -> frozenset[str]:
             return frozenset(a.columns.get(rule.table, ()))
 

@@ -2,6 +2,33 @@
 
 Shared by the builder (gold values, verification) and the verifier (scoring agents), so the
 two can never disagree on what "equal" means (DESIGN.md, Verifier).
+
+Strict parsing of an agent's answer (the verifier's reward must not be gameable). A value that
+is already typed (a Python number, bool, list, date) is read as it is. A text answer is read
+under these rules; an answer that breaks one is *not comparable* (the verdict says
+``wrong_type``, reward 0):
+
+* **one candidate value**: a number answer holds exactly one number (``"2"``, ``"-0.5"``,
+  ``"1,234.5"``, ``"1.2e3"``). ``"2 or 3"``, ``"2-3"``, ``"not 3 but 2"``, ``"3, 2"``, a number
+  and a date, ``"1.2 x 10^3"``, a number also spelled in words (``"2 (three)"``, ``"two"``:
+  digits only) or a decimal comma (``"3,2"``: a list or 3.2?) are rejected;
+* **no hedging**: a number answer containing a hedge, bound or connective word (``maybe``,
+  ``approximately``, ``about``, ``around``, ``~``, ``at least``, ``more than``, ``or``, ``and``,
+  ``not`` …, see :data:`NUMBER_HEDGES`), a ``?``, ``±``, ``<``/``>`` or a trailing ``+`` is
+  rejected, as is ``-ish``;
+* **units and prose**: a unit after the number is allowed and ignored (``"2 mg"``,
+  ``"140 mEq/L"``, ``"7.2 x10^9/L"``): the number must be in the unit the question asks for.
+  A short lead-in without digits or hedges is allowed (``"The last value was 1.4 mg/dL"``);
+* **yes/no**: the first word is the answer (``yes``/``true``/``present``/``positive`` or
+  ``no``/``false``/``absent``/``negative``/``none``); the rest may explain but must not hold a
+  word of the other polarity (``"yes and no"``, ``"yes, not married"``) or a hedge
+  (``"yes, probably"``); the short forms ``y``/``n``/``t``/``f``/``1``/``0`` only stand alone
+  (``"n/a"`` is not "no");
+* **dates and times** must be the whole answer in one of the accepted formats (nothing else);
+* **text, sets and lists** compare exactly (case and whitespace folded; sets ignore order and
+  repeats, lists keep order), so an extra, a missing or a hedged element makes them wrong;
+* **length**: a scalar answer (number, yes/no, date) longer than :data:`MAX_SCALAR_CHARS`
+  characters is rejected, so padding cannot smuggle in a candidate.
 """
 
 from __future__ import annotations
@@ -49,12 +76,52 @@ _YES = {"yes", "y", "true", "t", "1", "present", "positive"}
 _NO = {"no", "n", "false", "f", "0", "absent", "negative", "none"}
 _NUMBER = re.compile(r"[-+]?(?:\d+(?:[.,]\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
 
+MAX_SCALAR_CHARS = 200
+# Words that make a number answer hedged, a bound, a range or a choice (whole words, folded).
+NUMBER_HEDGES: frozenset[str] = frozenset({
+    "maybe", "perhaps", "possibly", "possible", "probably", "probable", "likely", "unlikely", "approximately",
+    "approximate", "approx", "about", "around", "roughly", "nearly", "almost", "circa", "estimated", "estimate",
+    "guess", "think", "believe", "seems", "seem", "appears", "suspect", "unsure", "uncertain", "unclear",
+    "unknown", "either", "neither", "or", "and", "nor", "to", "but", "not", "no", "never", "except", "than",
+    "between", "versus", "vs", "if", "unless", "otherwise", "range", "least", "most", "more", "less", "fewer",
+    "greater", "higher", "lower", "over", "under", "above", "below", "up", "upto", "within", "plus", "minus",
+    "some", "several", "few", "many", "multiple", "various", "somewhere", "something", "ish",
+})
+# numbers written as words: a second candidate next to the digits ("2 (three)"), so rejected
+NUMBER_WORDS: frozenset[str] = frozenset({
+    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
+    "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty", "thirty",
+    "forty", "fifty", "hundred", "thousand", "million", "dozen", "half", "once", "twice", "thrice", "couple",
+})
+_HEDGE_MARKS = re.compile(r"[~≈±<>≤≥?]|\+/-|\d\s*\+(?!\s*\d)")
+# a number candidate: not glued to a letter, digit, ^ or . on its left ("m2", "10^9", "x10" are unit parts)
+_CANDIDATE = re.compile(r"(?<![A-Za-z0-9_^.])[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
+_WORD = re.compile(r"[a-z]+(?:'[a-z]+)?")
+_YES_WORDS = frozenset({"yes", "true", "present", "positive"})
+_NO_WORDS = frozenset({"no", "not", "false", "absent", "negative", "none", "never", "nothing", "neither", "nor"})
+BOOLEAN_HEDGES: frozenset[str] = frozenset({
+    "maybe", "perhaps", "possibly", "possible", "probably", "probable", "likely", "unlikely", "unsure", "uncertain",
+    "unclear", "unknown", "either", "depends", "partially", "partly", "somewhat", "guess", "think", "believe",
+    "seems", "appears", "suspect", "or",
+})
+
 
 def _scalar_text(value: Any) -> str:
     return re.sub(r"\s+", " ", str(value)).strip()
 
 
+def _answer_text(value: Any, what: str) -> str:
+    """A scalar text answer, whitespace-folded, unwrapped from quotes/markdown; rejects padding."""
+    text = _scalar_text(value).replace("\u2212", "-").replace("\u2013", "-").replace("\u2014", "-")
+    if len(text) > MAX_SCALAR_CHARS:
+        raise NotComparable(f"a {what} answer of {len(text)} characters is not one value (at most "
+                            f"{MAX_SCALAR_CHARS})")
+    text = re.sub(r"^[*_`'\"\s]+|[*_`'\"\s]+$", "", text)
+    return text[:-1].rstrip() if text.endswith((".", "!")) and not re.search(r"\d\.$", text) else text
+
+
 def parse_number(value: Any) -> float:
+    """A number answer under the strict rules of the module docstring."""
     if isinstance(value, bool):
         raise NotComparable(f"{value!r} is a yes/no, not a number")
     if isinstance(value, (int, float)):
@@ -63,26 +130,51 @@ def parse_number(value: Any) -> float:
         return float(value)
     if hasattr(value, "item"):
         return parse_number(value.item())
-    text = _scalar_text(value).replace("\u2212", "-")
-    text = re.sub(r"(?<=\d),(?=\d{3}\b)", "", text)  # thousands separators
-    match = _NUMBER.search(text)
-    if not match:
+    text = _answer_text(value, "number")
+    text = re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", text)  # thousands separators (1,234)
+    if _HEDGE_MARKS.search(text):
+        raise NotComparable(f"{value!r} is hedged or a bound (~, ?, ±, <, >, +), not one number")
+    words = _WORD.findall(text.casefold())
+    hedges = sorted({w for w in words if w in NUMBER_HEDGES or w.endswith("ish")})
+    if hedges:
+        raise NotComparable(f"{value!r} is hedged or not a single value ({', '.join(hedges)})")
+    spelled = sorted({w for w in words if w in NUMBER_WORDS})
+    if spelled:
+        raise NotComparable(f"{value!r} spells a number in words ({', '.join(spelled)}); give one value in digits")
+    candidates = _CANDIDATE.findall(text)
+    if not candidates:
         raise NotComparable(f"{value!r} is not a number")
-    return float(match.group(0).replace(",", "."))
+    if len(candidates) > 1:
+        raise NotComparable(f"{value!r} holds {len(candidates)} candidate numbers; give exactly one")
+    if re.search(r"(?<![\w)])[-+]\s+\d", text):
+        raise NotComparable(f"{value!r}: a sign apart from its number (a bullet or a minus?) is ambiguous")
+    if re.search(r"\d,\d", text):
+        raise NotComparable(f"{value!r}: a decimal comma is ambiguous; write the number with a point")
+    return float(candidates[0])
 
 
 def parse_boolean(value: Any) -> bool:
+    """A yes/no answer under the strict rules of the module docstring."""
     if isinstance(value, bool):
         return value
     if isinstance(value, (int, float)) and value in (0, 1):
         return bool(value)
-    text = _scalar_text(value).lower().strip(".!")
-    first = text.split(" ")[0].strip(",.;:") if text else ""
-    if text in _YES or first in _YES:
-        return True
-    if text in _NO or first in _NO:
-        return False
-    raise NotComparable(f"{value!r} is not yes/no")
+    text = _answer_text(value, "yes/no").casefold()
+    if "?" in text:
+        raise NotComparable(f"{value!r} is hedged, not yes/no")
+    tokens = re.findall(r"[a-z0-9]+(?:'[a-z]+)?", text)
+    if not tokens or (tokens[0] not in _YES and tokens[0] not in _NO):
+        raise NotComparable(f"{value!r} is not yes/no (start the answer with yes or no)")
+    if len(tokens) > 1 and tokens[0] not in _YES_WORDS | _NO_WORDS:
+        # "y", "n", "1", "0" … only on their own ("n/a" is not "no", "1 or 2 doses" is not "yes")
+        raise NotComparable(f"{value!r} is not yes/no (a short form like y/n/1/0 must stand alone)")
+    answer = tokens[0] in _YES
+    rest = set(tokens[1:])
+    opposite = _NO_WORDS if answer else _YES_WORDS
+    contradiction = (rest & opposite) or (answer and any(t.endswith("n't") for t in rest))
+    if contradiction or rest & BOOLEAN_HEDGES:
+        raise NotComparable(f"{value!r} is hedged or says both yes and no")
+    return answer
 
 
 def parse_datetime(value: Any) -> str:

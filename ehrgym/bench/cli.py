@@ -51,17 +51,19 @@ def card(path: Path, as_json: bool, no_verify_hash: bool) -> None:
 @click.argument("task_or_pair_id")
 @click.option("--no-verify-hash", is_flag=True, help="Load even if a file differs from manifest.json (edited by hand).")
 def show(path: Path, task_or_pair_id: str, no_verify_hash: bool) -> None:
-    """Show a task, or both tasks of a pair: question, expected outcome, noise and SQL."""
+    """Show a task (by its id or the public id agents see), or both tasks of a pair."""
     from ehrgym.bench.dataset import load_benchmark
     from ehrgym.errors import BenchmarkError
 
     bench = load_benchmark(path, verify_hash=not no_verify_hash)
-    tasks = [t for t in bench.tasks if t.task_id == task_or_pair_id or t.pair_id == task_or_pair_id]
+    tasks = [t for t in bench.tasks if task_or_pair_id in (t.task_id, t.pair_id)]
+    if not tasks and task_or_pair_id in bench.by_public_id:  # the opaque id an agent's trajectory shows
+        tasks = [bench.by_public_id[task_or_pair_id]]
     if not tasks:
         raise BenchmarkError(f"no task or pair {task_or_pair_id!r} in {path}; ids look like "
                              f"{bench.tasks[0].task_id if bench.tasks else '…'}")
     for t in tasks:
-        click.echo(f"== {t.task_id} [{t.split}] {t.intent}/{t.level} {t.template_id}")
+        click.echo(f"== {t.task_id} ({t.public_id}) [{t.split}] {t.intent}/{t.level} {t.template_id}")
         click.echo(f"Q: {t.question}")
         exp = t.expected
         click.echo(f"expected: {exp.kind} " + (repr(exp.value) if exp.kind == "answer" else str(exp.reason)))

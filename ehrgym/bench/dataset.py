@@ -118,6 +118,19 @@ class Benchmark:
 
     def __post_init__(self) -> None:
         self.by_id: dict[str, Task] = {t.task_id: t for t in self.tasks}
+        self._by_public: dict[str, Task] | None = None
+
+    @property
+    def by_public_id(self) -> dict[str, Task]:
+        """Tasks by the opaque id agents see (:attr:`Task.public_id`); built on first use."""
+        if self._by_public is None:
+            self._by_public = {t.public_id: t for t in self.tasks}
+        return self._by_public
+
+    def task(self, task_id: str) -> Task:
+        """The task with this internal id or public id; KeyError when neither matches."""
+        found = self.by_id.get(task_id)
+        return found if found is not None else self.by_public_id[task_id]
 
     def __len__(self) -> int:
         return len(self.tasks)

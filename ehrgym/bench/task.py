@@ -4,12 +4,21 @@ A task is one question with everything needed to run and verify it. The clean ta
 noisy twin share ``pair_id``. ``gold_sql`` yields the expected answer on the task's own
 evidence (for recoverable noise: the robust SQL); ``naive_sql`` is the clean gold SQL rendered
 for this task's question — what a credulous agent runs.
+
+``task_id`` and ``pair_id`` name the template, the noise subtype and the variant: they are for
+the evaluator and the results store only. Everything an agent sees (the briefing, observations,
+the Gymnasium ``info``, trajectories) names a task by its :attr:`Task.public_id` — ``task-`` and
+the first 16 hex digits of the SHA-256 of the task's canonical JSON: stable for a given task,
+unguessable without the task (gold SQL and expected outcome included), and with no systematic
+difference between a clean task and its noisy twin.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -19,6 +28,8 @@ from ehrgym.errors import OverlayError, TaskFormatError
 from ehrgym.vocab import ABSTAIN_REASONS, INTENTS, LEVELS, NOISE_SUBTYPES, SPLITS, VARIANTS
 
 TASK_FORMAT_VERSION = 1
+PUBLIC_ID_PREFIX = "task-"
+PUBLIC_ID_HEX = 16
 
 
 @dataclass(frozen=True)
@@ -119,6 +130,11 @@ class Task:
         if problems:
             raise TaskFormatError(f"task {self.task_id!r}: " + "; ".join(problems))
 
+    @cached_property
+    def public_id(self) -> str:
+        """The opaque id agents see (see the module docstring); never the internal ``task_id``."""
+        return public_task_id(self)
+
     @property
     def overlay(self) -> Overlay:
         return self.noise.overlay if self.noise else Overlay()
@@ -158,6 +174,12 @@ class Task:
 
 def task_to_json(task: Task) -> str:
     return json.dumps(task.to_dict(), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def public_task_id(task: Task) -> str:
+    """``task-`` + the first 16 hex digits of the SHA-256 of the task's canonical JSON."""
+    digest = hashlib.sha256(task_to_json(task).encode("utf-8")).hexdigest()
+    return PUBLIC_ID_PREFIX + digest[:PUBLIC_ID_HEX]
 
 
 def write_tasks_jsonl(tasks: Iterable[Task], path: str | Path) -> None:

@@ -20,7 +20,7 @@ def group() -> None:
 @group.command()
 @click.option("--bench", "bench_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True)
 @click.option("--db", "db_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True)
-@click.option("--task", "task_id", default=None, help="task id (default: the first task of the benchmark)")
+@click.option("--task", "task_id", default=None, help="task id or public id (default: the first task of the benchmark)")
 @click.option("--max-steps", default=20, show_default=True)
 @click.option("--no-python", is_flag=True, help="offer only the sql and answer tools")
 def play(bench_dir: Path, db_path: Path, task_id: str | None, max_steps: int, no_python: bool) -> None:

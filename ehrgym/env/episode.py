@@ -179,7 +179,10 @@ class EhrEnv:
 
     # -- episode ------------------------------------------------------------------------------
     def reset(self, task: Task | str) -> Observation:
-        """Start an episode on ``task`` (a Task, or a task id of the attached benchmark)."""
+        """Start an episode on ``task`` (a Task, or a task id or public id of the attached benchmark).
+
+        What the agent sees names the task by its opaque :attr:`Task.public_id` only.
+        """
         if self._closed:
             raise EnvironmentStateError("this environment is closed; create a new EhrEnv")
         t0 = time.perf_counter()
@@ -200,11 +203,11 @@ class EhrEnv:
         self.done = False
         self.verdict = None
         text = self._task_text(task)
-        obs = Observation(text=text, kind="task", task_id=task.task_id, step=0, steps_left=self.config.max_steps,
+        obs = Observation(text=text, kind="task", task_id=task.public_id, step=0, steps_left=self.config.max_steps,
                           question=task.question, protocol=protocol_text(),
                           tools=tool_descriptions(self.config.tools),
                           schema_summary=schema_summary() if self.config.schema_summary else "")
-        self.trajectory = Trajectory(task_id=task.task_id, initial_observation=text)
+        self.trajectory = Trajectory(task_id=task.public_id, initial_observation=text)
         self._started = time.perf_counter()
         self.trajectory.reset_seconds = self._started - t0
         return obs
@@ -241,7 +244,7 @@ class EhrEnv:
             reward = self._end_without_answer("time_limit", obs,
                                               f"Time limit of {self.config.episode_timeout_s:g} s reached; "
                                               f"the episode ended without an answer.")
-        obs.task_id, obs.step = self.task.task_id, self.steps
+        obs.task_id, obs.step = self.task.public_id, self.steps
         obs.steps_left = max(0, self.config.max_steps - self.steps)
         if not self.done and obs.steps_left <= 2:
             obs.text += f"\n[{obs.steps_left} step{'s' if obs.steps_left != 1 else ''} left]"
@@ -322,9 +325,8 @@ class EhrEnv:
         if self.benchmark is None:
             raise EnvironmentStateError("reset() got a task id but no benchmark is attached; pass a Task or use "
                                         "EhrEnv.from_benchmark(bench_dir, db_path)")
-        lookup = self.benchmark.by_id
         try:
-            return lookup(task_id) if callable(lookup) else lookup[task_id]
+            return self.benchmark.task(task_id)  # an internal task id or the public id agents see
         except KeyError:
             raise EnvironmentStateError(f"task {task_id!r} is not in the benchmark") from None
 

@@ -10,9 +10,13 @@ Observations and actions are strings. An action is text read by :func:`ehrgym.en
     obs, info = env.reset(seed=0, options={"task_id": "..."})
 
 ``terminated`` is True when the agent answered or abstained; ``truncated`` when the step or time
-limit ended the episode. The reward (1/0) comes at the last step. ``info`` holds the task id,
-tool, row counts, errors and, at the end, the verdict and termination; timings are added when
-``timings_in_info=True`` (off by default so that seeded episodes are exactly reproducible).
+limit ended the episode. The reward (1/0) comes at the last step. ``info`` holds the task's
+opaque public id (:attr:`~ehrgym.bench.task.Task.public_id`), its intent and level, the tool,
+row counts, errors and, once the episode is over, the verdict and termination; timings are
+added when ``timings_in_info=True`` (off by default so that seeded episodes are exactly
+reproducible). Nothing in ``info`` before the last step names the variant, the noise subtype,
+the pair or the expected outcome: a trainer that needs them reads :attr:`EhrGymEnv.current_task`
+or :meth:`EhrGymEnv.task_of` (evaluator side, never shown to the policy).
 """
 
 from __future__ import annotations
@@ -70,7 +74,8 @@ class EhrGymEnv(gymnasium.Env):
             self.env.close()
             raise BenchmarkError(f"no tasks to serve (split={split!r})")
         self.tasks = tasks
-        self.by_id = {t.task_id: t for t in tasks}
+        # reset(options={"task_id": ...}) takes an internal task id or the public id agents see
+        self.by_id = {**{t.public_id: t for t in tasks}, **{t.task_id: t for t in tasks}}
         self.render_mode = render_mode
         self.timings_in_info = timings_in_info
         self.max_observation_chars = max_observation_chars
@@ -95,10 +100,21 @@ class EhrGymEnv(gymnasium.Env):
             task = self.tasks[int(self.np_random.integers(len(self.tasks)))]
         obs = self.env.reset(task)
         self._last_text = self._clip(obs.text)
-        info = {"task_id": task.task_id, "pair_id": task.pair_id, "variant": task.variant, "intent": task.intent,
-                "level": task.level, "noise_subtype": task.noise.subtype if task.noise else None,
+        info = {"task_id": task.public_id, "intent": task.intent, "level": task.level,
                 "max_steps": self.env.config.max_steps}
         return self._last_text, info
+
+    @property
+    def current_task(self) -> Task | None:
+        """The full task of the current episode (variant, noise, expected outcome): evaluator side only."""
+        return self.env.task
+
+    def task_of(self, task_id: str) -> Task:
+        """The full task for a public id (as in ``info["task_id"]``) or an internal task id."""
+        try:
+            return self.by_id[task_id]
+        except KeyError:
+            raise BenchmarkError(f"task {task_id!r} is not served by this environment") from None
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         result = self.env.step(action)

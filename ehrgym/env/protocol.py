@@ -83,7 +83,10 @@ def protocol_text() -> str:
         "or the JSON forms {\"answer\": <value>} / {\"abstain\": \"<reason>\", \"explanation\": \"...\"}.\n"
         "Abstention reasons:\n" + reasons + "\n"
         "Only answer with a value the records support; an abstention with the right reason counts as "
-        "a correct response when the records do not support an answer."
+        "a correct response when the records do not support an answer.\n"
+        "Give exactly one value, in digits for numbers (a unit after it is fine): an answer that holds "
+        "several candidate values or hedges (\"2 or 3\", \"about 2\", \"maybe\", \"yes and no\") is scored "
+        "wrong."
     )
 
 

@@ -64,7 +64,9 @@ def clean_error(exc: BaseException) -> str:
     text = str(exc).strip()
     text = _HINT_NOISE.sub("", text)
     text = re.sub(r"\b(?:base|memory)\.(?=mimiciv_)", "", text)
-    lines = [ln.rstrip() for ln in text.splitlines()]
+    # DuckDB's "LINE n: …" excerpt and its ^ marker point where binding failed, which depends on
+    # how the episode's view of a table is built (an overlay's shape): never shown to agents
+    lines = [ln.rstrip() for ln in text.splitlines() if not re.match(r"^\s*(?:LINE \d+:.*|\^+)\s*$", ln)]
     return "\n".join(lines[:12]).strip()
 
 

@@ -1,9 +1,12 @@
 """Scoring a final answer against a task's expected outcome (DESIGN.md, Verifier).
 
 A pure function: typed comparison comes from :mod:`ehrgym.bench.answers` (the builder uses the
-same code, so builder and verifier cannot disagree). Abstentions: *strict* scoring also checks
-the reason code, *lenient* scoring accepts any abstention on an ``abstain`` task. The reward is
-1/0 under the chosen scoring (strict by default).
+same code, so builder and verifier cannot disagree), which parses an answer strictly: one
+candidate value, no hedging (its module docstring lists the rules). Abstentions: *strict*
+scoring also checks the reason code — the expected one or any reason the evidence cannot tell
+apart from it for the task's noise subtype (:data:`ehrgym.vocab.ACCEPTED_REASONS`); *lenient*
+scoring accepts any abstention on an ``abstain`` task. The reward is 1/0 under the chosen
+scoring (strict by default).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from ehrgym.bench.answers import NotComparable, answers_match, format_answer, no
 from ehrgym.bench.task import Task
 from ehrgym.env.actions import AnswerAction
 from ehrgym.eval.records import FAILURES
+from ehrgym.vocab import accepted_reasons
 
 SCORINGS: tuple[str, ...] = ("strict", "lenient")
 
@@ -57,10 +61,11 @@ def verify(task: Task, action: AnswerAction | None, scoring: str = "strict") -> 
     if expected.is_abstain:
         if action.is_abstain:
             given = str(action.abstain)
-            if given == expected.reason:
+            accepted = accepted_reasons(task.noise.subtype if task.noise else None, str(expected.reason))
+            if given in accepted:
                 return _verdict(True, True, None, f"correct abstention ({given})", scoring)
             return _verdict(False, True, "wrong_reason",
-                            f"abstained with reason {given!r}; expected {expected.reason!r}", scoring)
+                            f"abstained with reason {given!r}; expected {' or '.join(sorted(accepted))}", scoring)
         return _verdict(False, False, "missed_abstention",
                         f"answered {action.value!r}; expected an abstention ({expected.reason})", scoring)
     spec = expected.answer

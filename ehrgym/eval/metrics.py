@@ -382,7 +382,8 @@ def _abstention(ctx: SummaryContext) -> pd.DataFrame:
             s = _scope(g, scope)
             exp, ab = s["expects_abstain"], s["abstained"]
             tp = int((exp & ab).sum())
-            right_reason = int((exp & ab & (s["abstain_reason"] == s["expected_reason"])).sum())
+            # a correct abstention under strict scoring: the expected reason or an equivalent one
+            right_reason = int((exp & ab & s["success_strict"].fillna(False).astype(bool)).sum())
             precision, recall = _ratio(tp, ab.sum()), _ratio(tp, exp.sum())
             f1 = _f1(precision, recall)
             rows.append({

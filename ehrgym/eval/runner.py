@@ -82,7 +82,7 @@ def make_briefing(agent: Agent, task: Any, trial: int, seed: int) -> Briefing:
     """What ``agent`` is entitled to know about ``task`` (see :class:`~ehrgym.agents.base.Entitlement`)."""
     level = agent.entitlement
     return Briefing(
-        task_id=task.task_id, trial=trial, question=task.question, seed=seed,
+        task_id=task.public_id, trial=trial, question=task.question, seed=seed,  # the opaque id, never the internal one
         draft_sql=task.naive_sql if level in (Entitlement.DRAFT, Entitlement.PRIVILEGED) else None,
         answer_type=task.expected.answer.type if level in (Entitlement.DRAFT, Entitlement.PRIVILEGED) else None,
         task=task if level is Entitlement.PRIVILEGED else None,
