@@ -51,7 +51,7 @@ Stage = Callable[[Context], Iterable[TableData]]
 
 
 def _stages() -> list[tuple[str, Stage]]:
-    from ehrgym.db.synth import coding, icu, labs, meds, micro, orders, timeline
+    from ehrgym.db.synth import coding, icu, labs, meds, micro, orders, outpatient, timeline
 
     def encounters(ctx: Context) -> list[TableData]:
         c = ctx.cohort
@@ -60,7 +60,9 @@ def _stages() -> list[tuple[str, Stage]]:
                 timeline.icustays_table(c), timeline.provider_table(c), timeline.caregiver_table(c)]
 
     def laboratory(ctx: Context) -> list[TableData]:
-        lab, d_lab, draws = labs.generate(ctx.rng("labs"), ctx.cohort)
+        visits = outpatient.clinic_visits(ctx.rng("clinic"), ctx.cohort)
+        ctx.shared["clinic_visits"] = visits
+        lab, d_lab, draws = labs.generate(ctx.rng("labs"), ctx.cohort, visits)
         ctx.shared["lab_draws"] = draws
         return [lab, d_lab]
 

@@ -61,10 +61,13 @@ QUERIES: dict[str, str] = {
             FROM labevents WHERE valuenum IS NULL AND (value IS NOT NULL OR comments IS NOT NULL)
             GROUP BY 1, 2, 3)
         WHERE k <= 8 ORDER BY itemid, rows DESC, value NULLS FIRST, comments NULLS FIRST""",
-    # comments MIMIC attaches to numeric lab results, with their frequency
+    # comments MIMIC attaches to numeric lab results, the three most common per item (seen at least twice)
     "lab_comments": r"""
-        SELECT comments, count(*) AS rows FROM labevents WHERE valuenum IS NOT NULL AND comments IS NOT NULL
-        GROUP BY 1 HAVING count(*) >= 5 ORDER BY 2 DESC, 1""",
+        SELECT itemid, comments, n AS rows FROM (
+            SELECT itemid, comments, count(*) AS n,
+                   row_number() OVER (PARTITION BY itemid ORDER BY count(*) DESC, comments) AS k
+            FROM labevents WHERE valuenum IS NOT NULL AND comments IS NOT NULL GROUP BY 1, 2)
+        WHERE k <= 3 AND n >= 2 ORDER BY itemid, rows DESC, comments""",
     "diagnoses": r"""
         SELECT icd_code, icd_version, d.long_title, count(*) AS rows
         FROM diagnoses_icd JOIN d_icd_diagnoses d USING (icd_code, icd_version)
