@@ -79,7 +79,7 @@ def _stages() -> list[tuple[str, Stage]]:
         ("icu", lambda ctx: icu.generate(ctx.rng("icu"), ctx.cohort, ctx.rng("chartevents"))),
         ("labs", laboratory),
         ("coding", lambda ctx: coding.generate(ctx.rng("coding"), ctx.cohort)),
-        ("micro", lambda ctx: micro.generate(ctx.rng("micro"), ctx.cohort)),
+        ("micro", lambda ctx: micro.generate(ctx.rng("micro"), ctx.cohort, ctx.shared["clinic_visits"])),
         ("medications", medications),
     ]
 
