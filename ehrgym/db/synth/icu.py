@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -651,8 +652,47 @@ LINE_DATES: dict[int, tuple[int, int]] = {224275: (225754, 0), 224277: (225755, 
                                           224263: (224280, 224279), 229351: (229352, 0)}
 
 
+BACKGROUND_PROCEDURES_PER_STAY = 3.0
+BACKGROUND_DATETIMES_PER_STAY = 10.0
+DATETIME_EVERY = 4 * HOUR
+# catalog items that belong to the core line, ventilation, dialysis, culture and event logic: never background
+_CORE_WORDS = ("ventilat", "intubat", "extubat", "dialysis", "crrt", "culture", "line", "catheter", "gauge", "foley",
+               "arterial", "multi lumen", "transfus", "significant", "death", "cordis", "picc", "port")
+
+
+@lru_cache(maxsize=1)
+def background_icu_items() -> tuple[tuple[dict[str, str], ...], tuple[dict[str, str], ...]]:
+    """(procedure items, date-time items) of the catalog usable as background ICU events."""
+    core = set(PROCEDURE_ITEMS) | {i for pair in LINE_DATES.values() for i in pair}
+    proc, dt = [], []
+    for r in catalog.icu_event_items():
+        text = f"{r['label']} {r['category']}".lower()
+        if int(r["itemid"]) in core or any(w in text for w in _CORE_WORDS):
+            continue
+        (proc if r["linksto"] == "procedureevents" else dt).append(r)
+    return tuple(proc), tuple(dt)
+
+
+def _pick_items(rng: np.random.Generator, S: int, mean: float, items: tuple[dict[str, str], ...]
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Poisson(mean) distinct items per stay, by the number of demo stays using them: (stay, item)."""
+    w = np.array([float(r["stays"]) for r in items])
+    s, _ = expand(rng.poisson(mean, S))
+    item = np.minimum(np.searchsorted(np.cumsum(w) / w.sum(), rng.random(s.size), side="right"), w.size - 1)
+    o = lexorder((item, s))
+    s, item = s[o], item[o]
+    fresh = np.ones(s.size, dtype=bool)
+    fresh[1:] = (s[1:] != s[:-1]) | (item[1:] != item[:-1])
+    return s[fresh], item[fresh]
+
+
 def procedures(rng: np.random.Generator, st: Stays) -> tuple[TableData, TableData]:
     S = st.adm.size
+    bg_proc, bg_dt = background_icu_items()
+    proc_items = dict(PROCEDURE_ITEMS)
+    for r in bg_proc:
+        proc_items[int(r["itemid"])] = (r["ordercategory"] or "Procedures", r["orderdescription"] or "Task",
+                                        r["orderdescription"] == "ContinuousProcess", None)
     span = st.outtime - st.intime
     rules: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
 
@@ -675,6 +715,14 @@ def procedures(rng: np.random.Generator, st: Stays) -> tuple[TableData, TableDat
     add(225402, rng.random(S) < 0.5, early + 40 * MINUTE, early + 41 * MINUTE)
     add(225401, st.has("sepsis"), early + 10 * MINUTE, early + 11 * MINUTE)
     add(225454, st.has("uti") | st.has("sepsis") & (rng.random(S) < 0.5), early + 25 * MINUTE, early + 26 * MINUTE)
+    # background procedures of the catalog (imaging, communication, care tasks …), once per stay each
+    b_s, b_item = _pick_items(rng, S, BACKGROUND_PROCEDURES_PER_STAY, bg_proc)
+    b_start = st.intime + (rng.random(S) * (st.outtime - st.intime)).astype(np.int64)
+    for j, r in enumerate(bg_proc):
+        mask = np.zeros(S, dtype=bool)
+        mask[b_s[b_item == j]] = True
+        minutes = max(float(r["minutes_p50"] or 1), 1.0) if r["orderdescription"] == "ContinuousProcess" else 1.0
+        add(int(r["itemid"]), mask, b_start, b_start + int(minutes) * MINUTE)
 
     s = np.concatenate([np.flatnonzero(r[1]) for r in rules])
     item = np.concatenate([np.full(int(r[1].sum()), r[0]) for r in rules])
@@ -683,11 +731,11 @@ def procedures(rng: np.random.Generator, st: Stays) -> tuple[TableData, TableDat
     order = lexorder((item, start, s))
     s, item, start, end = s[order], item[order], start[order], end[order]
     n = s.size
-    item_keys = sorted(PROCEDURE_ITEMS)
+    item_keys = sorted(proc_items)
     ii = np.searchsorted(np.array(item_keys), item)
-    continuous = np.array([PROCEDURE_ITEMS[i][2] for i in item_keys])[ii]
+    continuous = np.array([proc_items[i][2] for i in item_keys])[ii]
     value = np.where(continuous, (end - start) / MINUTE, 1.0)
-    loc_cat = [PROCEDURE_ITEMS[i][3] for i in item_keys]
+    loc_cat = [proc_items[i][3] for i in item_keys]
     has_loc = np.array([x is not None for x in loc_cat])[ii]
     location = np.where(has_loc, np.where(item == 225752, 4 + rng.integers(0, 2, n),
                                           np.where(item == 224263, 6 + rng.integers(0, 2, n), rng.integers(0, 4, n))),
@@ -707,8 +755,8 @@ def procedures(rng: np.random.Generator, st: Stays) -> tuple[TableData, TableDat
         "locationcategory": cat(np.where(has_loc, ii, -1), [x or "" for x in loc_cat]),
         "orderid": ints(orderid),
         "linkorderid": ints(orderid),
-        "ordercategoryname": cat(ii, [PROCEDURE_ITEMS[i][0] for i in item_keys]),
-        "ordercategorydescription": cat(ii, [PROCEDURE_ITEMS[i][1] for i in item_keys]),
+        "ordercategoryname": cat(ii, [proc_items[i][0] for i in item_keys]),
+        "ordercategorydescription": cat(ii, [proc_items[i][1] for i in item_keys]),
         "patientweight": floats(st.weight[s]),
         "isopenbag": ints(np.zeros(n, dtype=np.int64)),
         "continueinnextdept": ints(np.zeros(n, dtype=np.int64)),
@@ -733,6 +781,19 @@ def procedures(rng: np.random.Generator, st: Stays) -> tuple[TableData, TableDat
     d_chart = np.concatenate([chart, chart[dressing]])
     d_value = np.concatenate([lstart[j], np.maximum(chart[dressing] - uniform_int(rng, 0, 180, int(dressing.sum()))
                                                     * MINUTE, lstart[j][dressing])])
+    # background date-time items (dressing changes of wounds, drains …): charted every 4 h from a random
+    # point of the stay, the value being when it was last done (before the first charting, inside the stay)
+    g_s, g_item = _pick_items(rng, S, BACKGROUND_DATETIMES_PER_STAY, bg_dt)
+    g_first = ceil_to(st.intime[g_s] + (rng.random(g_s.size) * (st.outtime - st.intime)[g_s] / 2).astype(np.int64),
+                      HOUR)
+    g_n = np.maximum((st.outtime[g_s] - g_first) // DATETIME_EVERY + 1, 0)
+    gj, gk = expand(g_n)
+    g_chart = g_first[gj] + gk * DATETIME_EVERY
+    g_value = np.maximum(g_first - uniform_int(rng, 0, 180, g_s.size) * MINUTE, st.intime[g_s])[gj]
+    d_s = np.concatenate([d_s, g_s[gj]])
+    d_item = np.concatenate([d_item, np.array([int(r["itemid"]) for r in bg_dt], dtype=np.int64)[g_item[gj]]])
+    d_chart = np.concatenate([d_chart, g_chart])
+    d_value = np.concatenate([d_value, g_value])
     d_value = d_value - d_value % MINUTE
     o = lexorder((d_item, d_chart, d_s))
     d_s, d_item, d_chart, d_value = d_s[o], d_item[o], d_chart[o], d_value[o]
@@ -763,6 +824,13 @@ def d_items_table() -> TableData:
         rows.append((itemid, label, abbr, linksto, category, unit, param, None, None))
     for x in background_inputs():
         rows.append((x.itemid, x.label, x.label, "inputevents", x.category, x.amount_uom, "Solution", None, None))
+    bg_proc, bg_dt = background_icu_items()
+    for r in bg_proc:
+        rows.append((int(r["itemid"]), r["label"], r["label"], "procedureevents", r["category"], None, "Processes",
+                     None, None))
+    for r in bg_dt:
+        rows.append((int(r["itemid"]), r["label"], r["label"], "datetimeevents", r["category"], None, "Date and time",
+                     None, None))
     rows.sort(key=lambda r: r[0])
     n = len(rows)
     idx = np.arange(n)

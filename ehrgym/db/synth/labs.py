@@ -176,10 +176,10 @@ class LabRows:
 
 
 PRIORITY_LABELS = ("STAT", "ROUTINE")
-BACKGROUND_PER_DRAW = (16.0, 7.0, 2.5, 4.0)
+BACKGROUND_PER_DRAW = (22.0, 10.0, 3.5, 6.0)
 """Mean background (non-panel) results per blood draw of each kind (ADMISSION, MORNING, ICU, EVENING)."""
 OUTPATIENT_PANELS = ((0.75, "bmp"), (0.6, "cbc"), (0.15, "lft"), (0.15, "coag"))
-OUTPATIENT_BACKGROUND = 12.0
+OUTPATIENT_BACKGROUND = 16.0
 """Mean background results per clinic visit (drawn by the demo's outpatient frequency)."""
 
 
