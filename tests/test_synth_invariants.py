@@ -150,13 +150,19 @@ VIOLATIONS: dict[str, str] = {
         SELECT count(*) FROM ingredientevents g WHERE NOT EXISTS (
             SELECT 1 FROM inputevents i WHERE i.orderid = g.orderid AND i.stay_id = g.stay_id
             AND i.starttime = g.starttime AND i.endtime = g.endtime)""",
+    # charting is stamped to the minute; order entry (poe.ordertime, pharmacy.entertime) to the second
     "timestamps at whole minutes": """
         SELECT (SELECT count(*) FROM admissions WHERE second(admittime) <> 0 OR second(dischtime) <> 0)
              + (SELECT count(*) FROM labevents WHERE second(charttime) <> 0)
              + (SELECT count(*) FROM chartevents WHERE second(charttime) <> 0)
              + (SELECT count(*) FROM inputevents WHERE second(starttime) <> 0 OR second(endtime) <> 0)
              + (SELECT count(*) FROM emar WHERE second(charttime) <> 0)
-             + (SELECT count(*) FROM transfers WHERE second(intime) <> 0)""",
+             + (SELECT count(*) FROM transfers WHERE second(intime) <> 0)
+             + (SELECT count(*) FROM prescriptions WHERE second(starttime) <> 0)""",
+    "order entry stamped to the second like MIMIC-IV": """
+        SELECT (SELECT count(*) FILTER (WHERE second(ordertime) = 0) > 0.2 * count(*) FROM poe)::INT
+             + (SELECT count(*) FILTER (WHERE second(entertime) = 0) > 0.2 * count(*) FROM pharmacy)::INT
+             + (SELECT count(*) FROM pharmacy p JOIN poe o USING (poe_id) WHERE p.entertime <> o.ordertime)""",
     # ---------------- codes and items
     "diagnosis codes exist in the dictionary": """
         SELECT count(*) FROM diagnoses_icd d ANTI JOIN d_icd_diagnoses k USING (icd_code, icd_version)""",

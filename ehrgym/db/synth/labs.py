@@ -174,6 +174,12 @@ class LabRows:
     spec: np.ndarray         # specimen number
     priority: np.ndarray     # index into PRIORITY_LABELS, -1 = NULL
 
+    def __post_init__(self) -> None:
+        # narrow integer columns: labevents is the biggest generated table, and memory traffic is its cost
+        for name in ("pat", "adm", "item", "text", "spec"):
+            setattr(self, name, np.asarray(getattr(self, name)).astype(np.int32, copy=False))
+        self.priority = np.asarray(self.priority).astype(np.int8, copy=False)
+
 
 PRIORITY_LABELS = ("STAT", "ROUTINE")
 BACKGROUND_PER_DRAW = (22.0, 10.0, 3.5, 6.0)
@@ -316,34 +322,43 @@ def generate(rng: np.random.Generator, c: Cohort, visits: tuple[np.ndarray, np.n
     categories = [x.group.split(" / ")[-1] for x in refs] + [cat_.category[i] for i in background]
     units = [x.unit if x.unit.strip() else None for x in refs] + [cat_.unit[i] for i in background]
     decimals_of = np.concatenate([np.array([LAB_FORMAT[x.itemid][0] for x in refs]), cat_.decimals[background]])
-    is_ref = r.item < n_ref
-    bg = np.where(is_ref, 0, r.item - n_ref)
-    ci = background[bg]
+    # per-d_labitems-position attribute tables (small), gathered once per row
+    n_items = item_ids.size
+    catalog_row = np.full(n_items, -1, dtype=np.int64)  # each d_labitems entry's row in the catalog, if any
+    found = np.searchsorted(cat_.itemid, item_ids)
+    in_catalog = cat_.itemid[np.minimum(found, cat_.itemid.size - 1)] == item_ids
+    catalog_row[in_catalog] = found[in_catalog]
+    safe_row = np.maximum(catalog_row, 0)
+    range_lo = np.concatenate([np.array([LAB_FORMAT[x.itemid][1] for x in refs], dtype=float),
+                               cat_.ref_lower[background]])
+    range_hi = np.concatenate([np.array([LAB_FORMAT[x.itemid][2] for x in refs], dtype=float),
+                               cat_.ref_upper[background]])
     # reference ranges: always for the reference items, as often as in the demo for the others
-    ref_lo_items = np.array([LAB_FORMAT[x.itemid][1] for x in refs], dtype=float)
-    ref_hi_items = np.array([LAB_FORMAT[x.itemid][2] for x in refs], dtype=float)
-    has_range = np.where(is_ref, True, (rng.random(n) >= cat_.p_no_range[ci]) & ~np.isnan(cat_.ref_lower[ci])
-                         & ~np.isnan(r.val))
-    ref_lo = np.where(is_ref, ref_lo_items[np.minimum(r.item, n_ref - 1)], cat_.ref_lower[ci])
-    ref_hi = np.where(is_ref, ref_hi_items[np.minimum(r.item, n_ref - 1)], cat_.ref_upper[ci])
-    ref_lo, ref_hi = np.where(has_range, ref_lo, np.nan), np.where(has_range, ref_hi, np.nan)
-    numeric = ~np.isnan(r.val)
-    abnormal = has_range & numeric & ((r.val < ref_lo) | (r.val > ref_hi))
-    # comments: the text results' own comments; the demo's usual comments on some numeric results
+    p_no_range = np.where(np.arange(n_items) < n_ref, 0.0, np.where(np.isnan(range_lo), 1.0,
+                                                                   cat_.p_no_range[safe_row]))
     comments = catalog.lab_comments()
-    cat_pos = np.searchsorted(cat_.itemid, item_ids[r.item])
-    cat_pos = np.where(cat_.itemid[np.minimum(cat_pos, cat_.itemid.size - 1)] == item_ids[r.item], cat_pos, -1)
-    commented = numeric & (cat_pos >= 0) & (rng.random(n) < cat_.p_comment[np.maximum(cat_pos, 0)])
-    commented &= comments.has(np.maximum(cat_pos, 0))
+    commentable = in_catalog & comments.has(safe_row)
+    p_comment = np.where(commentable, cat_.p_comment[safe_row], 0.0)
+    numeric = ~np.isnan(r.val)
+    has_range = numeric.copy()
+    maybe_gap = np.flatnonzero(numeric & (p_no_range[r.item] > 0))
+    has_range[maybe_gap] = rng.random(maybe_gap.size) >= p_no_range[r.item[maybe_gap]]
+    ref_lo = np.where(has_range, range_lo[r.item], 0.0)
+    ref_hi = np.where(has_range, range_hi[r.item], 0.0)
+    abnormal = has_range & ((r.val < ref_lo) | (r.val > ref_hi))
+    # comments: the text results' own comments; the demo's usual comments on some numeric results
     comment = np.full(n, -1, dtype=np.int64)
-    if commented.any():
-        comment[commented] = comments.draw(rng, cat_pos[commented])
-    text_rows = r.text >= 0
+    may = np.flatnonzero(numeric & (p_comment[r.item] > 0))
+    commented = may[rng.random(may.size) < p_comment[r.item[may]]]
+    if commented.size:
+        comment[commented] = comments.draw(rng, catalog_row[r.item[commented]])
+    text_rows = np.flatnonzero(r.text >= 0)
     n_comment_labels = len(comments.labels)
-    comment = np.where(text_rows, n_comment_labels + r.text, comment)
+    comment[text_rows] = n_comment_labels + r.text[text_rows]
     comment_labels = comments.labels + texts.extra
     number, num_labels = number_text(r.val, decimals_of[r.item])
-    value = np.where(text_rows, len(num_labels) + r.text, number)
+    value = number
+    value[text_rows] = len(num_labels) + r.text[text_rows]
     value_labels = num_labels + texts.labels
 
     spec_ids = rng.permutation(spec_counter) * 7 + 1_000_000 + rng.integers(0, 7, spec_counter)
@@ -365,8 +380,8 @@ def generate(rng: np.random.Generator, c: Cohort, visits: tuple[np.ndarray, np.n
         "value": cat(value, value_labels),
         "valuenum": floats(np.nan_to_num(r.val), null=~numeric),
         "valueuom": cat(np.where(numeric, r.item, -1), units),
-        "ref_range_lower": floats(np.nan_to_num(ref_lo), null=~has_range),
-        "ref_range_upper": floats(np.nan_to_num(ref_hi), null=~has_range),
+        "ref_range_lower": floats(ref_lo, null=~has_range),
+        "ref_range_upper": floats(ref_hi, null=~has_range),
         "flag": cat(np.where(abnormal, 0, -1), ["abnormal"]),
         "priority": cat(r.priority, PRIORITY_LABELS),
         "comments": cat(comment, comment_labels),
@@ -378,9 +393,8 @@ def generate(rng: np.random.Generator, c: Cohort, visits: tuple[np.ndarray, np.n
         "fluid": cat(k, fluids),
         "category": cat(k, categories),
     })
+    # rows are in (patient, time) order and a patient's admissions in time order: draws are in (admission, time)
     ia, it = r.adm[inpatient], r.t[inpatient]
-    order = lexorder((it, ia))
-    ia, it = ia[order], it[order]
     new_draw = np.ones(ia.size, dtype=bool)
     new_draw[1:] = (ia[1:] != ia[:-1]) | (it[1:] != it[:-1])
     return lab, d_lab, (ia[new_draw], it[new_draw])

@@ -302,6 +302,8 @@ def plan(rng: np.random.Generator, c: Cohort) -> MedPlan:
     pharmacy_id = rng.permutation(np.arange(a.size)) * 11 + 10_000_000 + rng.integers(0, 11, a.size)
     provider = rng.integers(0, len(c.providers), a.size)
     ordertime = np.maximum(o_start - uniform_int(rng, 5, 60, a.size) * MINUTE, c.admittime[a])
+    # order entry is stamped to the second in MIMIC-IV (poe.ordertime, pharmacy.entertime), unlike charting
+    ordertime += np.minimum(rng.integers(0, 60, a.size), np.maximum(o_start - ordertime - 1, 0))
     # the drug string: one spelling per (admission, drug) course, by the catalog's frequencies
     name = np.zeros(a.size, dtype=np.int64)
     u = (rng.random(m)[a] + md * 0.6180339887) % 1.0  # one draw per (admission, drug)
@@ -364,7 +366,7 @@ def generate(rng: np.random.Generator, c: Cohort, p: MedPlan, poe_seq: np.ndarra
     subj = c.subject_id[c.pat[p.adm]]
     status = np.where(p.last & (p.stop >= c.dischtime[p.adm] - 3 * HOUR), 0, np.where(p.last, 1, 2))
     entertime = p.ordertime
-    verified = np.minimum(entertime + uniform_int(rng, 1, 30, n) * MINUTE, p.stop)
+    verified = np.minimum(entertime + uniform_int(rng, 60, 30 * 60, n), p.stop)
     per_day = np.array(_col("per_day"), dtype=float)[p.med]
     prescriptions = TableData("prescriptions", {
         "subject_id": ints(subj),

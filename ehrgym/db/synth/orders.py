@@ -43,9 +43,13 @@ def generate(rng: np.random.Generator, c: Cohort, plan: MedPlan, lab_draws: tupl
     adm_p, t_p, kind_p, origin_p = [], [], [], []
 
     def add(adm: np.ndarray, t: np.ndarray, kind: int, origin: np.ndarray | None = None) -> None:
+        """Orders at ``t``; entry is stamped to the second, as in MIMIC-IV (medication orders carry their own
+        entry time, shared with pharmacy.entertime)."""
         t = np.clip(t, c.admittime[adm], c.dischtime[adm])
+        if origin is None:
+            t = np.minimum(t - np.mod(t, MINUTE) + rng.integers(0, 60, t.size), c.dischtime[adm])
         adm_p.append(adm)
-        t_p.append(t - np.mod(t, MINUTE))
+        t_p.append(t)
         kind_p.append(np.full(adm.size, kind))
         origin_p.append(np.full(adm.size, -1) if origin is None else origin)
 
