@@ -60,12 +60,12 @@ def _stages() -> list[tuple[str, Stage]]:
                 timeline.transfers_table(ctx.rng("transfers"), c), timeline.services_table(c),
                 timeline.icustays_table(c), timeline.provider_table(c), timeline.caregiver_table(c)]
 
-    def laboratory(ctx: Context) -> list[TableData]:
+    def laboratory(ctx: Context) -> Iterator[TableData]:
         visits = outpatient.clinic_visits(ctx.rng("clinic"), ctx.cohort)
         ctx.shared["clinic_visits"] = visits
-        lab, d_lab, draws = labs.generate(ctx.rng("labs"), ctx.cohort, visits)
-        ctx.shared["lab_draws"] = draws
-        return [lab, d_lab]
+        draws: list[tuple[np.ndarray, np.ndarray]] = []
+        yield from labs.generate(ctx.rng("labs"), ctx.cohort, visits, draws)
+        ctx.shared["lab_draws"] = (np.concatenate([d[0] for d in draws]), np.concatenate([d[1] for d in draws]))
 
     def medications(ctx: Context) -> list[TableData]:
         plan = meds.plan(ctx.rng("med-plan"), ctx.cohort)

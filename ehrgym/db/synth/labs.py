@@ -6,6 +6,7 @@ to the MIMIC-IV demo quantiles (p01, p50, p99) and clipped inside the plausible 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -59,7 +60,7 @@ PANELS: tuple[Panel, ...] = (
     Panel("lft", (C.ALT, C.AST, C.ALP, C.BILI, C.ALBUMIN, C.PROTEIN), (0.5, 0.15, 0.05, 0.05), {"cirrhosis": 4.0}),
     Panel("gas", (C.PH, C.PCO2, C.PO2, C.BASE_EXCESS, C.LACTATE), (0.15, 0.05, 0.8, 0.02),
           {"sepsis": 4.0, "copd": 2.0}),
-    Panel("cardiac", (C.TROPONIN, C.NTPROBNP, C.CK), (0.3, 0.05, 0.1, 0.02),
+    Panel("cardiac", (C.TROPONIN, C.NTPROBNP, C.CK), (0.45, 0.05, 0.1, 0.02),
           {"heart_failure": 3.0, "atrial_fibrillation": 2.0, "stroke": 2.0}),
     Panel("misc", (C.CRP, C.LDH, C.AMYLASE), (0.2, 0.05, 0.05, 0.02), {"sepsis": 2.5, "pneumonia": 2.5}),
 )
@@ -219,9 +220,15 @@ def _background(rng: np.random.Generator, mean: np.ndarray, weight: np.ndarray,
     return o[keep], pick_[keep]
 
 
-def generate(rng: np.random.Generator, c: Cohort, visits: tuple[np.ndarray, np.ndarray]
-             ) -> tuple[TableData, TableData, tuple[np.ndarray, np.ndarray]]:
-    """labevents, d_labitems and the (admission, time) of every inpatient blood draw (for lab orders).
+LAB_CHUNK_PATIENTS = 2000
+"""labevents is generated and written in chunks of this many patients (fixed, so the data never depend on the
+machine): bounded memory, reused buffers, and DuckDB writes one chunk while numpy makes the next."""
+
+
+def generate(rng: np.random.Generator, c: Cohort, visits: tuple[np.ndarray, np.ndarray],
+             draws_out: list[tuple[np.ndarray, np.ndarray]]) -> Iterator[TableData]:
+    """labevents (in chunks of patients), then d_labitems; the (admission, time) of every inpatient blood draw
+    (for lab orders) is appended to ``draws_out``.
 
     Rows: the reference panels (condition-driven values) on each draw; background items of the demo's
     catalog on top, drawn by frequency (with MIMIC's text results, comments and reference-range gaps);
@@ -237,16 +244,83 @@ def generate(rng: np.random.Generator, c: Cohort, visits: tuple[np.ndarray, np.n
             shift[k, col[itemid]] = v
         for itemid, v in cond.lab_trend.items():
             trend[k, col[itemid]] = v
-    condf = c.cond.astype(float)
-    base = rng.normal(-0.15, 0.75, (c.n_admissions, L)) + condf @ shift
-    slope = condf @ trend
-
-    adm, t, kind = _draw_times(rng, c)
-    progress = np.clip((t - c.admittime[adm]) / np.maximum(c.dischtime[adm] - c.admittime[adm], 1), 0, 1)
+    all_adm, all_t, all_kind = _draw_times(rng, c)
+    all_v_pat, all_v_t = visits
     p_kind = np.array([p.p for p in PANELS])  # (P, 4)
-    v_pat, v_t = visits
-    healthy = rng.normal(-0.15, 0.75, (c.n_patients, L))
+    cat_ = catalog.labs()
+    texts = catalog.lab_texts()
+    comments = catalog.lab_comments()
+    background, position = _catalog_items(refs)
+    # the d_labitems list: reference items, then the background items of the catalog
+    n_ref = len(refs)
+    item_ids = np.concatenate([np.array([x.itemid for x in refs]), cat_.itemid[background]])
+    labels = [x.label for x in refs] + [cat_.label[i] for i in background]
+    fluids = [x.group.split(" / ")[0] for x in refs] + [cat_.fluid[i] for i in background]
+    categories = [x.group.split(" / ")[-1] for x in refs] + [cat_.category[i] for i in background]
+    units = [x.unit if x.unit.strip() else None for x in refs] + [cat_.unit[i] for i in background]
+    decimals_of = np.concatenate([np.array([LAB_FORMAT[x.itemid][0] for x in refs]), cat_.decimals[background]])
+    # per-d_labitems-position attribute tables (small), gathered once per row
+    n_items = item_ids.size
+    catalog_row = np.full(n_items, -1, dtype=np.int64)  # each d_labitems entry's row in the catalog, if any
+    found = np.searchsorted(cat_.itemid, item_ids)
+    in_catalog = cat_.itemid[np.minimum(found, cat_.itemid.size - 1)] == item_ids
+    catalog_row[in_catalog] = found[in_catalog]
+    safe_row = np.maximum(catalog_row, 0)
+    range_lo = np.concatenate([np.array([LAB_FORMAT[x.itemid][1] for x in refs], dtype=float),
+                               cat_.ref_lower[background]])
+    range_hi = np.concatenate([np.array([LAB_FORMAT[x.itemid][2] for x in refs], dtype=float),
+                               cat_.ref_upper[background]])
+    # reference ranges: always for the reference items, as often as in the demo for the others
+    p_no_range = np.where(np.arange(n_items) < n_ref, 0.0, np.where(np.isnan(range_lo), 1.0,
+                                                                   cat_.p_no_range[safe_row]))
+    commentable = in_catalog & comments.has(safe_row)
+    p_comment = np.where(commentable, cat_.p_comment[safe_row], 0.0)
+    inpatient_w = cat_.weight[background] * (1 - cat_.p_outpatient[background])
+    outpatient_w = cat_.weight[background] * cat_.p_outpatient[background]
+    first_id = 1
+    spec_offset = 0
+    for p0 in range(0, c.n_patients, LAB_CHUNK_PATIENTS):
+        p1 = min(p0 + LAB_CHUNK_PATIENTS, c.n_patients)
+        a0, a1 = int(c.first_adm[p0]), int(c.first_adm[p1 - 1] + c.n_adm[p1 - 1])
+        d0, d1 = np.searchsorted(all_adm, [a0, a1])
+        v0, v1 = np.searchsorted(all_v_pat, [p0, p1])
+        adm, t, kind = all_adm[d0:d1], all_t[d0:d1], all_kind[d0:d1]
+        v_pat, v_t = all_v_pat[v0:v1], all_v_t[v0:v1]
+        condf = c.cond[a0:a1].astype(float)
+        base_rows = rng.normal(-0.15, 0.75, (a1 - a0, L)) + condf @ shift
+        slope_rows = condf @ trend
+        healthy_rows = rng.normal(-0.15, 0.75, (p1 - p0, L))
+        chunk, draws, n_spec = _chunk(rng, c, refs, col, models, p_kind, adm, t, kind, v_pat, v_t, a0, p0,
+                                      base_rows, slope_rows, healthy_rows, background, position, inpatient_w,
+                                      outpatient_w, first_id, spec_offset, item_ids, units, decimals_of,
+                                      catalog_row, range_lo, range_hi, p_no_range, p_comment)
+        first_id += chunk.num_rows
+        spec_offset += n_spec
+        draws_out.append(draws)
+        yield chunk
+    k = np.arange(item_ids.size)
+    yield TableData("d_labitems", {
+        "itemid": ints(item_ids),
+        "label": cat(k, labels),
+        "fluid": cat(k, fluids),
+        "category": cat(k, categories),
+    })
 
+
+def _chunk(rng: np.random.Generator, c: Cohort, refs: list[ItemRef], col: dict[int, int],
+           models: dict[int, ValueModel], p_kind: np.ndarray, adm: np.ndarray, t: np.ndarray, kind: np.ndarray,
+           v_pat: np.ndarray, v_t: np.ndarray, a0: int, p0: int, base_rows: np.ndarray, slope_rows: np.ndarray,
+           healthy_rows: np.ndarray, background: np.ndarray, position: np.ndarray, inpatient_w: np.ndarray,
+           outpatient_w: np.ndarray, first_id: int, spec_offset: int, item_ids: np.ndarray,
+           units: list[str | None], decimals_of: np.ndarray, catalog_row: np.ndarray, range_lo: np.ndarray,
+           range_hi: np.ndarray, p_no_range: np.ndarray, p_comment: np.ndarray
+           ) -> tuple[TableData, tuple[np.ndarray, np.ndarray], int]:
+    """The labevents rows of one chunk of patients (admissions from ``a0``, patients from ``p0``); returns the
+    table chunk, its inpatient draws and the number of specimens it used."""
+    cat_ = catalog.labs()
+    texts = catalog.lab_texts()
+    comments = catalog.lab_comments()
+    progress = np.clip((t - c.admittime[adm]) / np.maximum(c.dischtime[adm] - c.admittime[adm], 1), 0, 1)
     parts: list[LabRows] = []
     spec_counter = 0
 
@@ -273,22 +347,19 @@ def generate(rng: np.random.Generator, c: Cohort, visits: tuple[np.ndarray, np.n
         take = np.flatnonzero(rng.random(adm.size) < np.minimum(p, 0.98))
         if take.size == 0:
             continue
-        z_of = {itemid: base[adm[take], col[itemid]] + slope[adm[take], col[itemid]] * progress[take]
+        rel = adm[take] - a0
+        z_of = {itemid: base_rows[rel, col[itemid]] + slope_rows[rel, col[itemid]] * progress[take]
                 + rng.normal(0, 0.3, take.size) for itemid in panel.items}
         panel_rows(panel, take, c.pat[adm[take]], adm[take], t[take], z_of, np.array([0, 1, 0, 1])[kind[take]])
     by_key = {p.key: p for p in PANELS}
     for p_visit, key in OUTPATIENT_PANELS:
         panel = by_key[key]
         take = np.flatnonzero(rng.random(v_pat.size) < p_visit)
-        z_of = {itemid: healthy[v_pat[take], col[itemid]] + rng.normal(0, 0.3, take.size) for itemid in panel.items}
+        z_of = {itemid: healthy_rows[v_pat[take] - p0, col[itemid]] + rng.normal(0, 0.3, take.size)
+                for itemid in panel.items}
         panel_rows(panel, take, v_pat[take], np.full(take.size, -1), v_t[take], z_of, np.full(take.size, 1))
 
     # background items of the catalog: inpatient draws and clinic visits
-    cat_ = catalog.labs()
-    texts = catalog.lab_texts()
-    background, position = _catalog_items(refs)
-    inpatient_w = cat_.weight[background] * (1 - cat_.p_outpatient[background])
-    outpatient_w = cat_.weight[background] * cat_.p_outpatient[background]
     for owner_n, mean, weight, owner_pat, owner_adm, owner_t, prio in (
             (adm.size, np.array(BACKGROUND_PER_DRAW)[kind], inpatient_w, c.pat[adm], adm, t,
              np.array([0, 1, 0, 1])[kind]),
@@ -314,31 +385,6 @@ def generate(rng: np.random.Generator, c: Cohort, visits: tuple[np.ndarray, np.n
     r = LabRows(*(getattr(rows, f)[order] for f in LabRows.__dataclass_fields__))
     n = r.t.size
 
-    # the d_labitems list: reference items, then the background items of the catalog
-    n_ref = len(refs)
-    item_ids = np.concatenate([np.array([x.itemid for x in refs]), cat_.itemid[background]])
-    labels = [x.label for x in refs] + [cat_.label[i] for i in background]
-    fluids = [x.group.split(" / ")[0] for x in refs] + [cat_.fluid[i] for i in background]
-    categories = [x.group.split(" / ")[-1] for x in refs] + [cat_.category[i] for i in background]
-    units = [x.unit if x.unit.strip() else None for x in refs] + [cat_.unit[i] for i in background]
-    decimals_of = np.concatenate([np.array([LAB_FORMAT[x.itemid][0] for x in refs]), cat_.decimals[background]])
-    # per-d_labitems-position attribute tables (small), gathered once per row
-    n_items = item_ids.size
-    catalog_row = np.full(n_items, -1, dtype=np.int64)  # each d_labitems entry's row in the catalog, if any
-    found = np.searchsorted(cat_.itemid, item_ids)
-    in_catalog = cat_.itemid[np.minimum(found, cat_.itemid.size - 1)] == item_ids
-    catalog_row[in_catalog] = found[in_catalog]
-    safe_row = np.maximum(catalog_row, 0)
-    range_lo = np.concatenate([np.array([LAB_FORMAT[x.itemid][1] for x in refs], dtype=float),
-                               cat_.ref_lower[background]])
-    range_hi = np.concatenate([np.array([LAB_FORMAT[x.itemid][2] for x in refs], dtype=float),
-                               cat_.ref_upper[background]])
-    # reference ranges: always for the reference items, as often as in the demo for the others
-    p_no_range = np.where(np.arange(n_items) < n_ref, 0.0, np.where(np.isnan(range_lo), 1.0,
-                                                                   cat_.p_no_range[safe_row]))
-    comments = catalog.lab_comments()
-    commentable = in_catalog & comments.has(safe_row)
-    p_comment = np.where(commentable, cat_.p_comment[safe_row], 0.0)
     numeric = ~np.isnan(r.val)
     has_range = numeric.copy()
     maybe_gap = np.flatnonzero(numeric & (p_no_range[r.item] > 0))
@@ -361,7 +407,8 @@ def generate(rng: np.random.Generator, c: Cohort, visits: tuple[np.ndarray, np.n
     value[text_rows] = len(num_labels) + r.text[text_rows]
     value_labels = num_labels + texts.labels
 
-    spec_ids = rng.permutation(spec_counter) * 7 + 1_000_000 + rng.integers(0, 7, spec_counter)
+    # specimen ids: random-looking, unique across chunks (each chunk permutes its own block of numbers)
+    spec_ids = (spec_offset + rng.permutation(spec_counter)) * 7 + 1_000_000 + rng.integers(0, 7, spec_counter)
     inpatient = r.adm >= 0
     a = np.maximum(r.adm, 0)
     store = r.t + uniform_int(rng, 20, 150, n) * MINUTE
@@ -369,7 +416,7 @@ def generate(rng: np.random.Generator, c: Cohort, visits: tuple[np.ndarray, np.n
     provider = np.where(rng.random(n) < 0.5, rng.integers(0, len(c.providers), n), -1)
 
     lab = TableData("labevents", {
-        "labevent_id": ints(np.arange(1, n + 1)),
+        "labevent_id": ints(np.arange(first_id, first_id + n)),
         "subject_id": ints(c.subject_id[r.pat]),
         "hadm_id": ints(c.hadm_id[a], null=~inpatient),
         "specimen_id": ints(spec_ids[r.spec]),
@@ -386,15 +433,8 @@ def generate(rng: np.random.Generator, c: Cohort, visits: tuple[np.ndarray, np.n
         "priority": cat(r.priority, PRIORITY_LABELS),
         "comments": cat(comment, comment_labels),
     })
-    k = np.arange(item_ids.size)
-    d_lab = TableData("d_labitems", {
-        "itemid": ints(item_ids),
-        "label": cat(k, labels),
-        "fluid": cat(k, fluids),
-        "category": cat(k, categories),
-    })
     # rows are in (patient, time) order and a patient's admissions in time order: draws are in (admission, time)
     ia, it = r.adm[inpatient], r.t[inpatient]
     new_draw = np.ones(ia.size, dtype=bool)
     new_draw[1:] = (ia[1:] != ia[:-1]) | (it[1:] != it[:-1])
-    return lab, d_lab, (ia[new_draw], it[new_draw])
+    return lab, (ia[new_draw], it[new_draw]), spec_counter
