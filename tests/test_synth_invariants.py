@@ -57,6 +57,13 @@ VIOLATIONS: dict[str, str] = {
            OR (k < n AND (outtime <> next_in OR eventtype = 'discharge' OR careunit IS NULL))
            OR (k = n AND (eventtype <> 'discharge' OR intime <> a.dischtime OR outtime IS NOT NULL))
            OR (eventtype = 'ED') <> (careunit = 'Emergency Department')""",
+    "ED visits without admission: one ED row outside every stay of the patient, before death": """
+        SELECT (SELECT count(*) FROM transfers WHERE hadm_id IS NULL
+                AND (eventtype <> 'ED' OR careunit <> 'Emergency Department' OR outtime <= intime))
+             + (SELECT count(*) FROM transfers t JOIN admissions a USING (subject_id) WHERE t.hadm_id IS NULL
+                AND t.outtime >= coalesce(a.edregtime, a.admittime) AND t.intime <= a.dischtime)
+             + (SELECT count(*) FROM transfers t JOIN patients p USING (subject_id) WHERE t.hadm_id IS NULL
+                AND CAST(t.outtime AS DATE) >= p.dod)""",
     "no empty transfer segment": """
         SELECT count(*) FROM transfers WHERE eventtype <> 'discharge' AND outtime <= intime""",
     "every admission has transfers and services": """
@@ -370,6 +377,10 @@ MUTATIONS: dict[str, tuple[str, str]] = {
     "lab outside its admission": ("labs inside their admission", """
         UPDATE mimiciv_hosp.labevents SET charttime = charttime - INTERVAL 30 DAY
         WHERE labevent_id = (SELECT min(labevent_id) FROM mimiciv_hosp.labevents WHERE hadm_id IS NOT NULL)"""),
+    "ED visit during a stay": ("ED visits without admission: one ED row outside every stay of the patient, before death", """
+        UPDATE mimiciv_hosp.transfers SET hadm_id = NULL
+        WHERE transfer_id = (SELECT min(transfer_id) FROM mimiciv_hosp.transfers WHERE eventtype = 'ED'
+                             AND hadm_id IS NOT NULL)"""),
     "inpatient lab stripped of its admission": ("outpatient labs and cultures lie outside every stay of their patient", """
         UPDATE mimiciv_hosp.labevents SET hadm_id = NULL
         WHERE labevent_id = (SELECT min(labevent_id) FROM mimiciv_hosp.labevents WHERE hadm_id IS NOT NULL)"""),

@@ -33,9 +33,10 @@ What is inside (all 31 tables of ``mimiciv_hosp`` / ``mimiciv_icu``, exact v2.2 
 * **Volumes**: rows per admission (hosp) and per ICU stay (icu) within ±30 % of MIMIC-IV v3.1 for every
   event table except chartevents (about 1,300 rows per stay against 4,600: fewer items are charted, to
   keep the build fast).
-* **Everyday messiness** (not benchmark noise): outpatient labs and cultures at clinic visits with NULL
-  ``hadm_id`` (never during a stay), text lab results with NULL ``valuenum`` (never for the reference
-  items), comments, results without reference range (and so without flag), spelling variants of drugs.
+* **Everyday messiness** (not benchmark noise): outpatient labs and cultures at clinic visits and ED visits
+  without admission (:mod:`.outpatient`), all with NULL ``hadm_id`` and never during a stay, text lab results with NULL ``valuenum`` (never for the reference
+  items), comments, results without reference range (and so without flag), spelling variants of drugs,
+  order entry stamped to the second (charting to the minute).
 * **Clean**: unique natural keys and ids, no duplicate rows, every event inside the admission or
   ICU stay it is linked to, whole-minute timestamps, one unit per item.
 
