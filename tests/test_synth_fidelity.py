@@ -138,3 +138,19 @@ def test_background_lab_values_follow_the_demo_quantiles(con: duckdb.DuckDBPyCon
         assert q25 <= got <= q75, (int(lab.itemid[i]), lab.label[i], got, q25, q75)
         checked += 1
     assert checked >= 5
+
+
+def test_reference_lab_medians_near_the_demo(con: duckdb.DuckDBPyConnection) -> None:
+    """Condition-shifted reference items keep the demo's centre: median inside the demo's p10–p90 for every
+    item and inside its p25–p75 for 90 % of them (a healthy majority, the shifts make the tails)."""
+    lab = catalog.labs()
+    row = {int(i): k for k, i in enumerate(lab.itemid)}
+    inner, outside = 0, []
+    refs = [r for r in item_reference().values() if r.table == "labevents"]
+    for ref in refs:
+        q = lab.quantiles[row[ref.itemid]]
+        got = _one(con, f"SELECT median(valuenum) FROM labevents WHERE itemid = {ref.itemid}")
+        if not q[1] <= got <= q[5]:
+            outside.append((ref.label, got, q[1], q[5]))
+        inner += q[2] <= got <= q[4]
+    assert outside == [] and inner >= 0.9 * len(refs), (outside, inner)

@@ -54,15 +54,15 @@ PANELS: tuple[Panel, ...] = (
           {C.ANION_GAP: "anion_gap"}),
     Panel("cbc", (C.WBC, C.HGB, C.HCT, C.PLATELETS, C.MCV, C.RBC), (0.97, 0.92, 0.35, 0.55), {"gi_bleed": 2.0},
           {C.HCT: "hematocrit"}),
-    Panel("diff", (C.NEUTRO, C.LYMPH, C.BANDS), (0.6, 0.25, 0.05, 0.1), {"sepsis": 2.0}),
+    Panel("diff", (C.NEUTRO, C.LYMPH, C.BANDS), (0.6, 0.35, 0.05, 0.1), {"sepsis": 1.4}),
     Panel("coag", (C.PT, C.INR, C.PTT, C.FIBRINOGEN), (0.6, 0.3, 0.2, 0.1),
           {"atrial_fibrillation": 2.5, "cirrhosis": 2.5, "gi_bleed": 2.0}, {C.INR: "inr"}),
     Panel("lft", (C.ALT, C.AST, C.ALP, C.BILI, C.ALBUMIN, C.PROTEIN), (0.5, 0.15, 0.05, 0.05), {"cirrhosis": 4.0}),
-    Panel("gas", (C.PH, C.PCO2, C.PO2, C.BASE_EXCESS, C.LACTATE), (0.15, 0.05, 0.8, 0.02),
-          {"sepsis": 4.0, "copd": 2.0}),
+    Panel("gas", (C.PH, C.PCO2, C.PO2, C.BASE_EXCESS, C.LACTATE), (0.3, 0.05, 0.45, 0.02),
+          {"sepsis": 2.5, "copd": 2.0}),
     Panel("cardiac", (C.TROPONIN, C.NTPROBNP, C.CK), (0.45, 0.05, 0.1, 0.02),
-          {"heart_failure": 3.0, "atrial_fibrillation": 2.0, "stroke": 2.0}),
-    Panel("misc", (C.CRP, C.LDH, C.AMYLASE), (0.2, 0.05, 0.05, 0.02), {"sepsis": 2.5, "pneumonia": 2.5}),
+          {"heart_failure": 2.0, "atrial_fibrillation": 1.6, "stroke": 1.6}),
+    Panel("misc", (C.CRP, C.LDH, C.AMYLASE), (0.3, 0.08, 0.05, 0.02), {"sepsis": 1.6, "pneumonia": 1.6}),
 )
 
 
@@ -220,6 +220,8 @@ def _background(rng: np.random.Generator, mean: np.ndarray, weight: np.ndarray,
     return o[keep], pick_[keep]
 
 
+RECENTRE = 0.5
+"""Share of the average condition shift taken off every draw (see ``generate``)."""
 LAB_CHUNK_PATIENTS = 2000
 """labevents is generated and written in chunks of this many patients (fixed, so the data never depend on the
 machine): bounded memory, reused buffers, and DuckDB writes one chunk while numpy makes the next."""
@@ -245,6 +247,11 @@ def generate(rng: np.random.Generator, c: Cohort, visits: tuple[np.ndarray, np.n
         for itemid, v in cond.lab_trend.items():
             trend[k, col[itemid]] = v
     all_adm, all_t, all_kind = _draw_times(rng, c)
+    # the demo's quantiles describe the tested population, sick patients included: partly centre each item's
+    # condition shifts on their average over blood draws, so that the cohort's medians stay near the demo's and
+    # the conditions still separate sick from healthy (a healthy majority, sick tails)
+    draws_per_adm = np.bincount(all_adm, minlength=c.n_admissions).astype(float)
+    mean_shift = (draws_per_adm @ (c.cond.astype(float) @ shift)) / max(draws_per_adm.sum(), 1.0)
     all_v_pat, all_v_t = visits
     p_kind = np.array([p.p for p in PANELS])  # (P, 4)
     cat_ = catalog.labs()
@@ -287,7 +294,7 @@ def generate(rng: np.random.Generator, c: Cohort, visits: tuple[np.ndarray, np.n
         adm, t, kind = all_adm[d0:d1], all_t[d0:d1], all_kind[d0:d1]
         v_pat, v_t = all_v_pat[v0:v1], all_v_t[v0:v1]
         condf = c.cond[a0:a1].astype(float)
-        base_rows = rng.normal(-0.15, 0.75, (a1 - a0, L)) + condf @ shift
+        base_rows = rng.normal(-0.15, 0.75, (a1 - a0, L)) + condf @ shift - RECENTRE * mean_shift
         slope_rows = condf @ trend
         healthy_rows = rng.normal(-0.15, 0.75, (p1 - p0, L))
         chunk, draws, n_spec = _chunk(rng, c, refs, col, models, p_kind, adm, t, kind, v_pat, v_t, a0, p0,
