@@ -1,7 +1,14 @@
 """``labevents`` and ``d_labitems``: panels drawn on admission, every morning, in the evening on the
 ward and every six hours in the ICU; values from a latent z-score per (admission, item) shifted by
 the admission's conditions, trending over the stay, mapped through a two-piece (log-)normal fitted
-to the MIMIC-IV demo quantiles (p01, p50, p99) and clipped inside the plausible bounds.
+to the MIMIC-IV demo quantiles (p01, p50, p99) and clipped inside the plausible bounds (condition
+shifts partly centred, so that the cohort keeps the demo's medians).
+
+On top of the panels: *background* items of the demo catalog (:mod:`.catalog`), drawn per draw by
+frequency, valued through the demo's quantiles, with MIMIC's text results (NULL ``valuenum``),
+comments and reference-range gaps; and clinic visits (:mod:`.outpatient`) with panels and background
+items, without ``hadm_id``. The reference items (the ones benchmark questions ask about) are always
+numeric. Rows come in chunks of patients.
 """
 
 from __future__ import annotations

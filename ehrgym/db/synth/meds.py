@@ -4,6 +4,11 @@
 A plan is a set of *orders* (admission, drug, start, stop); a drug given for a whole stay may be
 re-ordered (dose changes), giving consecutive orders. Every administration (eMAR) lies inside its
 order, hence inside its admission.
+
+Besides the condition-driven, supportive and ICU drugs (:data:`CORE_KEYS`, written in the catalog's
+spelling variants, e.g. 'CefTRIAXone' / 'CeftriaXONE'), each admission gets *background* orders of the
+demo's drug catalog by frequency (never anticoagulants, insulin, vasoactives, sedation or antibiotics:
+:data:`BACKGROUND_EXCLUDED`), charted in the eMAR at a share of the demo's.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """``microbiologyevents``: cultures ordered for infections (sepsis → blood and urine, pneumonia →
 sputum, UTI → urine), fever work-ups and ICU MRSA screens; positive cultures carry an organism and,
-when tested, one row per antibiotic with an MIC and an S/I/R interpretation."""
+when tested, one row per antibiotic with an MIC and an S/I/R interpretation. On top: negative
+background cultures of the demo's other specimen types and tests, by frequency, during stays and at
+clinic visits (outpatient, no ``hadm_id``)."""
 
 from __future__ import annotations
 
