@@ -57,6 +57,13 @@ VIOLATIONS: dict[str, str] = {
            OR (k < n AND (outtime <> next_in OR eventtype = 'discharge' OR careunit IS NULL))
            OR (k = n AND (eventtype <> 'discharge' OR intime <> a.dischtime OR outtime IS NOT NULL))
            OR (eventtype = 'ED') <> (careunit = 'Emergency Department')""",
+    "ED visits without admission: one ED row outside every stay of the patient, before death": """
+        SELECT (SELECT count(*) FROM transfers WHERE hadm_id IS NULL
+                AND (eventtype <> 'ED' OR careunit <> 'Emergency Department' OR outtime <= intime))
+             + (SELECT count(*) FROM transfers t JOIN admissions a USING (subject_id) WHERE t.hadm_id IS NULL
+                AND t.outtime >= coalesce(a.edregtime, a.admittime) AND t.intime <= a.dischtime)
+             + (SELECT count(*) FROM transfers t JOIN patients p USING (subject_id) WHERE t.hadm_id IS NULL
+                AND CAST(t.outtime AS DATE) >= p.dod)""",
     "no empty transfer segment": """
         SELECT count(*) FROM transfers WHERE eventtype <> 'discharge' AND outtime <= intime""",
     "every admission has transfers and services": """
@@ -77,11 +84,26 @@ VIOLATIONS: dict[str, str] = {
         SELECT count(*) FROM labevents e JOIN admissions a USING (hadm_id, subject_id)
         WHERE e.charttime NOT BETWEEN a.admittime AND a.dischtime OR e.storetime < e.charttime
            OR e.storetime > a.dischtime""",
-    "every lab row belongs to an admission": "SELECT count(*) FROM labevents WHERE hadm_id NOT IN (SELECT hadm_id FROM admissions)",
+    "every inpatient lab row belongs to an admission": """
+        SELECT count(*) FROM labevents WHERE hadm_id NOT IN (SELECT hadm_id FROM admissions)""",
+    # outpatient rows (MIMIC-IV's rows without hadm_id) are clinic visits: never during a stay (ED included)
+    "outpatient labs and cultures lie outside every stay of their patient": """
+        SELECT (SELECT count(*) FROM labevents e JOIN admissions a USING (subject_id)
+                WHERE e.hadm_id IS NULL AND e.charttime BETWEEN coalesce(a.edregtime, a.admittime) AND a.dischtime)
+             + (SELECT count(*) FROM microbiologyevents e JOIN admissions a USING (subject_id)
+                WHERE e.hadm_id IS NULL AND e.charttime BETWEEN coalesce(a.edregtime, a.admittime) AND a.dischtime)
+             + (SELECT count(*) FROM labevents e ANTI JOIN patients p USING (subject_id))
+             + (SELECT count(*) FROM labevents e JOIN patients p USING (subject_id)
+                WHERE e.hadm_id IS NULL AND (e.charttime >= p.dod OR e.storetime < e.charttime))
+             + (SELECT count(*) FROM microbiologyevents e JOIN patients p USING (subject_id)
+                WHERE e.hadm_id IS NULL AND (e.charttime >= p.dod OR e.storetime < e.charttime
+                                              OR e.org_itemid IS NOT NULL))""",
     "cultures inside their admission": """
         SELECT count(*) FROM microbiologyevents e JOIN admissions a USING (hadm_id, subject_id)
         WHERE e.charttime NOT BETWEEN a.admittime AND a.dischtime OR e.chartdate <> date_trunc('day', e.charttime)
            OR e.storetime < e.charttime OR e.storetime > a.dischtime""",
+    "every inpatient culture belongs to an admission": """
+        SELECT count(*) FROM microbiologyevents WHERE hadm_id NOT IN (SELECT hadm_id FROM admissions)""",
     "prescriptions and pharmacy inside their admission": """
         SELECT (SELECT count(*) FROM prescriptions e JOIN admissions a USING (hadm_id, subject_id)
                 WHERE e.starttime < a.admittime OR e.stoptime > a.dischtime OR e.stoptime <= e.starttime)
@@ -135,13 +157,19 @@ VIOLATIONS: dict[str, str] = {
         SELECT count(*) FROM ingredientevents g WHERE NOT EXISTS (
             SELECT 1 FROM inputevents i WHERE i.orderid = g.orderid AND i.stay_id = g.stay_id
             AND i.starttime = g.starttime AND i.endtime = g.endtime)""",
+    # charting is stamped to the minute; order entry (poe.ordertime, pharmacy.entertime) to the second
     "timestamps at whole minutes": """
         SELECT (SELECT count(*) FROM admissions WHERE second(admittime) <> 0 OR second(dischtime) <> 0)
              + (SELECT count(*) FROM labevents WHERE second(charttime) <> 0)
              + (SELECT count(*) FROM chartevents WHERE second(charttime) <> 0)
              + (SELECT count(*) FROM inputevents WHERE second(starttime) <> 0 OR second(endtime) <> 0)
              + (SELECT count(*) FROM emar WHERE second(charttime) <> 0)
-             + (SELECT count(*) FROM transfers WHERE second(intime) <> 0)""",
+             + (SELECT count(*) FROM transfers WHERE second(intime) <> 0)
+             + (SELECT count(*) FROM prescriptions WHERE second(starttime) <> 0)""",
+    "order entry stamped to the second like MIMIC-IV": """
+        SELECT (SELECT count(*) FILTER (WHERE second(ordertime) = 0) > 0.2 * count(*) FROM poe)::INT
+             + (SELECT count(*) FILTER (WHERE second(entertime) = 0) > 0.2 * count(*) FROM pharmacy)::INT
+             + (SELECT count(*) FROM pharmacy p JOIN poe o USING (poe_id) WHERE p.entertime <> o.ordertime)""",
     # ---------------- codes and items
     "diagnosis codes exist in the dictionary": """
         SELECT count(*) FROM diagnoses_icd d ANTI JOIN d_icd_diagnoses k USING (icd_code, icd_version)""",
@@ -184,18 +212,27 @@ VIOLATIONS: dict[str, str] = {
              + (SELECT count(*) FROM labevents WHERE order_provider_id NOT IN (SELECT provider_id FROM provider))
              + (SELECT count(*) FROM poe WHERE order_provider_id NOT IN (SELECT provider_id FROM provider))""",
     # ---------------- values and units
-    "lab value text matches valuenum, no NULL numbers": """
-        SELECT count(*) FROM labevents WHERE valuenum IS NULL OR TRY_CAST(value AS DOUBLE) IS DISTINCT FROM valuenum""",
-    "lab flag is 'abnormal' exactly outside the reference range": """
+    # text results (NULL valuenum, as MIMIC-IV stores 'NEG', '___' or a comment) carry no unit, range or flag;
+    # the reference items the benchmark asks about are always numeric
+    "lab value text matches valuenum; text results have text and nothing numeric": f"""
+        SELECT count(*) FROM labevents
+        WHERE (valuenum IS NOT NULL AND TRY_CAST(value AS DOUBLE) IS DISTINCT FROM valuenum)
+           OR (valuenum IS NULL AND ((value IS NULL AND comments IS NULL) OR valueuom IS NOT NULL
+                                     OR ref_range_lower IS NOT NULL OR flag IS NOT NULL
+                                     OR itemid IN ({", ".join(str(i) for i, r in item_reference().items()
+                                                              if r.table == "labevents")})))""",
+    "lab flag is 'abnormal' exactly outside the reference range (no range, no flag)": """
         SELECT count(*) FROM labevents WHERE coalesce(flag = 'abnormal', false)
-            <> (valuenum < ref_range_lower OR valuenum > ref_range_upper) OR flag <> 'abnormal'""",
+            <> coalesce(valuenum < ref_range_lower OR valuenum > ref_range_upper, false) OR flag <> 'abnormal'
+            OR (ref_range_lower IS NULL) <> (ref_range_upper IS NULL)""",
     "numeric chart items have valuenum and matching text": """
         SELECT count(*) FROM chartevents c JOIN d_items d USING (itemid)
         WHERE d.param_type = 'Numeric' AND (c.valuenum IS NULL OR TRY_CAST(c.value AS DOUBLE) IS DISTINCT FROM c.valuenum)""",
     "text chart items have text": "SELECT count(*) FROM chartevents WHERE value IS NULL",
     "one unit per item": """
         SELECT sum(n) FROM (
-            SELECT count(*) AS n FROM (SELECT itemid FROM labevents GROUP BY 1 HAVING count(DISTINCT coalesce(valueuom, '~')) > 1) UNION ALL
+            SELECT count(*) AS n FROM (SELECT itemid FROM labevents WHERE valuenum IS NOT NULL GROUP BY 1
+                                       HAVING count(DISTINCT coalesce(valueuom, '~')) > 1) UNION ALL
             SELECT count(*) FROM (SELECT itemid FROM chartevents GROUP BY 1 HAVING count(DISTINCT coalesce(valueuom, '~')) > 1) UNION ALL
             SELECT count(*) FROM (SELECT itemid FROM inputevents GROUP BY 1 HAVING count(DISTINCT amountuom) > 1
                                   OR count(DISTINCT coalesce(rateuom, '~')) > 1) UNION ALL
@@ -338,7 +375,15 @@ MUTATIONS: dict[str, tuple[str, str]] = {
         WHERE hadm_id = (SELECT hadm_id FROM mimiciv_hosp.admissions a WHERE (SELECT count(*) FROM
                          mimiciv_hosp.admissions b WHERE b.subject_id = a.subject_id) > 1 ORDER BY admittime LIMIT 1)"""),
     "lab outside its admission": ("labs inside their admission", """
-        UPDATE mimiciv_hosp.labevents SET charttime = charttime - INTERVAL 30 DAY WHERE labevent_id = 1"""),
+        UPDATE mimiciv_hosp.labevents SET charttime = charttime - INTERVAL 30 DAY
+        WHERE labevent_id = (SELECT min(labevent_id) FROM mimiciv_hosp.labevents WHERE hadm_id IS NOT NULL)"""),
+    "ED visit during a stay": ("ED visits without admission: one ED row outside every stay of the patient, before death", """
+        UPDATE mimiciv_hosp.transfers SET hadm_id = NULL
+        WHERE transfer_id = (SELECT min(transfer_id) FROM mimiciv_hosp.transfers WHERE eventtype = 'ED'
+                             AND hadm_id IS NOT NULL)"""),
+    "inpatient lab stripped of its admission": ("outpatient labs and cultures lie outside every stay of their patient", """
+        UPDATE mimiciv_hosp.labevents SET hadm_id = NULL
+        WHERE labevent_id = (SELECT min(labevent_id) FROM mimiciv_hosp.labevents WHERE hadm_id IS NOT NULL)"""),
     "duplicated lab row": ("natural keys are unique", """
         INSERT INTO mimiciv_hosp.labevents SELECT * REPLACE (labevent_id + 10000000 AS labevent_id)
         FROM mimiciv_hosp.labevents WHERE labevent_id = 5"""),
@@ -354,8 +399,12 @@ MUTATIONS: dict[str, tuple[str, str]] = {
     "second unit for an item": ("one unit per item", """
         UPDATE mimiciv_hosp.labevents SET valueuom = 'umol/L' WHERE itemid = 50912 AND labevent_id IN
             (SELECT min(labevent_id) FROM mimiciv_hosp.labevents WHERE itemid = 50912)"""),
-    "nulled lab value": ("lab value text matches valuenum, no NULL numbers", """
-        UPDATE mimiciv_hosp.labevents SET valuenum = NULL WHERE labevent_id = 7"""),
+    "nulled lab value": ("lab value text matches valuenum; text results have text and nothing numeric", """
+        UPDATE mimiciv_hosp.labevents SET valuenum = NULL
+        WHERE labevent_id = (SELECT min(labevent_id) FROM mimiciv_hosp.labevents WHERE itemid = 50912)"""),
+    "number without its text": ("lab value text matches valuenum; text results have text and nothing numeric", """
+        UPDATE mimiciv_hosp.labevents SET value = 'ERROR'
+        WHERE labevent_id = (SELECT min(labevent_id) FROM mimiciv_hosp.labevents WHERE valuenum IS NOT NULL)"""),
     "death before discharge": ("dod on or after the last discharge, within a year", """
         UPDATE mimiciv_hosp.patients SET dod = DATE '2100-01-01' WHERE subject_id = (SELECT min(subject_id)
         FROM mimiciv_hosp.patients)"""),

@@ -23,8 +23,22 @@ What is inside (all 31 tables of ``mimiciv_hosp`` / ``mimiciv_icu``, exact v2.2 
   (lab values fitted to the demo quantiles, clipped to the plausible bounds), plus a few extra
   real ICU items (alarms, heart rhythm, lines, ventilation, date-time items, ingredients).
   Glucose chart items are stored in mg/dL and FiO2 without unit (the reference says 'None').
+* **Breadth** (:mod:`.catalog`, vocabulary derived from the MIMIC-IV demo by :mod:`.derive`, ODbL —
+  ``ehrgym/resources/synth/LICENSE.md``): on top of the condition-driven rows, *background* lab items
+  (with the demo's value quantiles, text results, comments and reference-range gaps), ICD codes outside
+  the conditions' code families, drugs (core drugs written in MIMIC's spelling variants, e.g.
+  'CefTRIAXone' / 'CeftriaXONE'), specimen types, ICU inputs, procedures and date-time items, each
+  drawn by its demo frequency (long-tailed). Anticoagulants, insulin, vasoactives, sedation and
+  antibiotics are never background: they follow their indication.
+* **Volumes**: rows per admission (hosp) and per ICU stay (icu) within ±30 % of MIMIC-IV v3.1 for every
+  event table except chartevents (about 1,300 rows per stay against 4,600: fewer items are charted, to
+  keep the build fast).
+* **Everyday messiness** (not benchmark noise): outpatient labs and cultures at clinic visits and ED visits
+  without admission (:mod:`.outpatient`), all with NULL ``hadm_id`` and never during a stay, text lab results with NULL ``valuenum`` (never for the reference
+  items), comments, results without reference range (and so without flag), spelling variants of drugs,
+  order entry stamped to the second (charting to the minute).
 * **Clean**: unique natural keys and ids, no duplicate rows, every event inside the admission or
-  ICU stay it is linked to, whole-minute timestamps, one unit per item, no missing numbers.
+  ICU stay it is linked to, whole-minute timestamps, one unit per item.
 
 Every invariant is an SQL query in ``tests/test_synth_invariants.py``.
 """

@@ -22,8 +22,9 @@ from ehrgym.db.synth.timeline import Cohort, build_cohort
 from ehrgym.db.synth.writer import TableData, insert
 from ehrgym.errors import DatabaseError
 
-RELEASE = "ehrgym-synth-2"
-"""Generator version: bumped whenever the data of a given ``(patients, seed)`` change (2: denser chartevents), so
+RELEASE = "ehrgym-synth-3"
+"""Generator version: bumped whenever the data of a given ``(patients, seed)`` change (2: denser chartevents; 3: the
+demo catalog's breadth, MIMIC-IV volumes, outpatient rows and text results, calmer vitals), so
 that a cached database of an older generator is rebuilt, not reused."""
 COMMIT_ROWS = 500_000
 """Rows per transaction: each commit costs an fsync and a checkpoint, but an open transaction holds
@@ -51,7 +52,7 @@ Stage = Callable[[Context], Iterable[TableData]]
 
 
 def _stages() -> list[tuple[str, Stage]]:
-    from ehrgym.db.synth import coding, icu, labs, meds, micro, orders, timeline
+    from ehrgym.db.synth import coding, icu, labs, meds, micro, orders, outpatient, timeline
 
     def encounters(ctx: Context) -> list[TableData]:
         c = ctx.cohort
@@ -59,10 +60,12 @@ def _stages() -> list[tuple[str, Stage]]:
                 timeline.transfers_table(ctx.rng("transfers"), c), timeline.services_table(c),
                 timeline.icustays_table(c), timeline.provider_table(c), timeline.caregiver_table(c)]
 
-    def laboratory(ctx: Context) -> list[TableData]:
-        lab, d_lab, draws = labs.generate(ctx.rng("labs"), ctx.cohort)
-        ctx.shared["lab_draws"] = draws
-        return [lab, d_lab]
+    def laboratory(ctx: Context) -> Iterator[TableData]:
+        visits = outpatient.clinic_visits(ctx.rng("clinic"), ctx.cohort)
+        ctx.shared["clinic_visits"] = visits
+        draws: list[tuple[np.ndarray, np.ndarray]] = []
+        yield from labs.generate(ctx.rng("labs"), ctx.cohort, visits, draws)
+        ctx.shared["lab_draws"] = (np.concatenate([d[0] for d in draws]), np.concatenate([d[1] for d in draws]))
 
     def medications(ctx: Context) -> list[TableData]:
         plan = meds.plan(ctx.rng("med-plan"), ctx.cohort)
@@ -77,7 +80,7 @@ def _stages() -> list[tuple[str, Stage]]:
         ("icu", lambda ctx: icu.generate(ctx.rng("icu"), ctx.cohort, ctx.rng("chartevents"))),
         ("labs", laboratory),
         ("coding", lambda ctx: coding.generate(ctx.rng("coding"), ctx.cohort)),
-        ("micro", lambda ctx: micro.generate(ctx.rng("micro"), ctx.cohort)),
+        ("micro", lambda ctx: micro.generate(ctx.rng("micro"), ctx.cohort, ctx.shared["clinic_visits"])),
         ("medications", medications),
     ]
 

@@ -7,14 +7,22 @@ the dictionaries list both versions of every concept the generator can use.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
+from ehrgym.db.synth import catalog
 from ehrgym.db.synth import dictionaries as D
 from ehrgym.db.synth.common import DAY, HOUR, NAT, day_of, expand, lexorder, rank_within, uniform_int
 from ehrgym.db.synth.conditions import CONDITIONS
 from ehrgym.db.synth.timeline import Cohort
 from ehrgym.db.synth.writer import TableData, cat, dates, floats, ints
 
+FILLERS_PER_ADMISSION = 4.0
+BACKGROUND_DIAGNOSES = 5.0
+"""Mean background diagnosis codes per admission (demo catalog, by frequency), on top of the conditions' codes
+and the comorbidity fillers."""
+BACKGROUND_PROCEDURES = 1.1
 DX_KEYS = tuple(D.DIAGNOSES)
 PX_KEYS = tuple(D.PROCEDURES)
 DRG_KEYS = tuple(D.DRGS)
@@ -30,8 +38,45 @@ def _code_labels(concepts: dict[str, D.IcdConcept]) -> tuple[list[str], list[int
     return codes, versions, titles
 
 
-def dictionary_table(name: str, concepts: dict[str, D.IcdConcept]) -> TableData:
+def _background_codes(vocab: catalog.CodeCatalog, reserved: Callable[[str, int], bool]
+                      ) -> tuple[list[str], list[int], list[str], np.ndarray]:
+    """The catalog's codes usable as background codes (not in a condition's family), with their weights."""
+    keep = [i for i, (code, version) in enumerate(zip(vocab.code, vocab.version.tolist()))
+            if not reserved(code, version)]
+    return ([vocab.code[i] for i in keep], [int(vocab.version[i]) for i in keep], [vocab.title[i] for i in keep],
+            vocab.weight[keep])
+
+
+def background_diagnoses() -> tuple[list[str], list[int], list[str], np.ndarray]:
+    return _background_codes(catalog.diagnoses(), lambda code, _: code[:3] in D.RESERVED_DIAGNOSIS_CATEGORIES)
+
+
+def background_procedures() -> tuple[list[str], list[int], list[str], np.ndarray]:
+    prefixes = D.reserved_procedure_prefixes()
+    return _background_codes(catalog.procedures(),
+                             lambda code, version: code[:4 if version == 10 else 3] in prefixes)
+
+
+def _draw_background(rng: np.random.Generator, c: Cohort, mean: float, versions: list[int], weight: np.ndarray,
+                     offset: int) -> tuple[np.ndarray, np.ndarray]:
+    """Poisson(mean) background codes per admission, of the admission's ICD version, by frequency.
+    Returns (admission, label index = offset + background index)."""
+    adm, _ = expand(rng.poisson(mean, c.n_admissions))
+    version = np.array(versions)
+    code = np.zeros(adm.size, dtype=np.int64)
+    u = rng.random(adm.size)
+    for v, rows in ((10, c.icd10[adm]), (9, ~c.icd10[adm])):
+        pool = np.flatnonzero(version == v)
+        cdf = np.cumsum(weight[pool])
+        code[rows] = pool[np.minimum(np.searchsorted(cdf / cdf[-1], u[rows], side="right"), pool.size - 1)]
+    return adm, offset + code
+
+
+def dictionary_table(name: str, concepts: dict[str, D.IcdConcept],
+                     extra: tuple[list[str], list[int], list[str], np.ndarray] | None = None) -> TableData:
     codes, versions, titles = _code_labels(concepts)
+    if extra is not None:
+        codes, versions, titles = codes + extra[0], versions + extra[1], titles + extra[2]
     pairs = sorted(set(zip(codes, versions, titles, strict=True)), key=lambda t: (t[1], t[0]))
     seen: set[tuple[str, int]] = set()
     unique = []
@@ -86,7 +131,7 @@ def diagnoses(rng: np.random.Generator, c: Cohort) -> TableData:
     add(c.vent, "resp_failure", 6.0)
     add(c.expire & (rng.random(m) < 0.5), "dnr", 40.0)
     # comorbidity fillers: a random subset per admission, no repeats
-    n_fill = np.minimum(rng.poisson(6.5, m), len(D.FILLER_DIAGNOSES))
+    n_fill = np.minimum(rng.poisson(FILLERS_PER_ADMISSION, m), len(D.FILLER_DIAGNOSES))
     order = np.argsort(rng.random((m, len(D.FILLER_DIAGNOSES))), axis=1)
     adm_f, pos = expand(n_fill)
     filler_idx = np.array([DX_KEYS.index(k) for k in D.FILLER_DIAGNOSES])[order[adm_f, pos]]
@@ -99,6 +144,13 @@ def diagnoses(rng: np.random.Generator, c: Cohort) -> TableData:
     prio = np.concatenate(prio_parts)
     code = concept * 2 + np.where(c.icd10[adm], 0, 1)
     codes, versions, _ = _code_labels(D.DIAGNOSES)
+    # background codes of the demo's catalog, by frequency, after the condition codes and fillers
+    bg_codes, bg_versions, _, bg_weight = background_diagnoses()
+    adm_b, code_b = _draw_background(rng, c, BACKGROUND_DIAGNOSES, bg_versions, bg_weight, len(codes))
+    adm = np.concatenate([adm, adm_b])
+    code = np.concatenate([code, code_b])
+    prio = np.concatenate([prio, 60.0 + rng.random(adm_b.size)])
+    codes, versions = codes + bg_codes, versions + bg_versions
     adm, code, seq, _ = _dedupe_and_sequence(adm, code, prio, codes)
     return TableData("diagnoses_icd", {
         "subject_id": ints(c.subject_id[c.pat[adm]]),
@@ -136,6 +188,12 @@ def procedures(rng: np.random.Generator, c: Cohort) -> TableData:
     when = np.concatenate(time_parts)
     code = concept * 2 + np.where(c.icd10[adm], 0, 1)
     codes, versions, _ = _code_labels(D.PROCEDURES)
+    bg_codes, bg_versions, _, bg_weight = background_procedures()
+    adm_b, code_b = _draw_background(rng, c, BACKGROUND_PROCEDURES, bg_versions, bg_weight, len(codes))
+    adm = np.concatenate([adm, adm_b])
+    code = np.concatenate([code, code_b])
+    when = np.concatenate([when, c.admittime[adm_b] + (rng.random(adm_b.size) * los[adm_b]).astype(np.int64)])
+    codes, versions = codes + bg_codes, versions + bg_versions
     # one row per (admission, code), the earliest; numbered in time order
     adm, code, seq, when = _dedupe_and_sequence(adm, code, when, codes)
     return TableData("procedures_icd", {
@@ -155,7 +213,7 @@ def drgcodes(rng: np.random.Generator, c: Cohort) -> TableData:
     hcfa_desc = [D.DRGS[k].hcfa_description for k in DRG_KEYS]
     apr_codes = [D.DRGS[k].apr_code for k in DRG_KEYS]
     apr_desc = [D.DRGS[k].apr_description for k in DRG_KEYS]
-    apr = rng.random(m) < 0.85
+    apr = rng.random(m) < 0.4  # MIMIC-IV: about 1.4 DRG rows per admission (HCFA, sometimes APR)
     sev = np.clip(np.round(1.5 + 0.8 * c.severity + rng.normal(0, 0.6, m)), 1, 4).astype(np.int64)
     mort = np.clip(sev + rng.integers(-1, 2, m), 1, 4)
     adm = np.concatenate([np.arange(m), np.flatnonzero(apr)])
@@ -178,13 +236,13 @@ def drgcodes(rng: np.random.Generator, c: Cohort) -> TableData:
 def hcpcs(rng: np.random.Generator, c: Cohort) -> tuple[TableData, TableData]:
     codes = [h[0] for h in D.HCPCS]
     rules = [
-        ("99291", c.icu, c.icu_in),
+        ("99291", c.icu & (rng.random(c.n_admissions) < 0.55), c.icu_in),
         ("94002", c.vent, c.vent_start),
         ("31500", c.vent & (rng.random(c.n_admissions) < 0.6), c.vent_start),
         ("36556", c.shock & (rng.random(c.n_admissions) < 0.5), c.shock_start),
         ("43239", c.has("gi_bleed") & (rng.random(c.n_admissions) < 0.3), c.admittime + DAY // 2),
         ("93306", c.has("heart_failure") & (rng.random(c.n_admissions) < 0.1), c.admittime + DAY // 2),
-        ("G0378", np.isin(c.adm_type, [3, 4]) & (rng.random(c.n_admissions) < 0.5), c.admittime),
+        ("G0378", np.isin(c.adm_type, [3, 4]) & (rng.random(c.n_admissions) < 0.3), c.admittime),
     ]
     adm_parts, code_parts, time_parts = [], [], []
     for code, mask, when in rules:
@@ -261,8 +319,8 @@ def omr(rng: np.random.Generator, c: Cohort) -> TableData:
 def generate(rng: np.random.Generator, c: Cohort) -> list[TableData]:
     events, d_hcpcs = hcpcs(rng, c)
     return [
-        dictionary_table("d_icd_diagnoses", D.DIAGNOSES),
-        dictionary_table("d_icd_procedures", D.PROCEDURES),
+        dictionary_table("d_icd_diagnoses", D.DIAGNOSES, background_diagnoses()),
+        dictionary_table("d_icd_procedures", D.PROCEDURES, background_procedures()),
         diagnoses(rng, c),
         procedures(rng, c),
         drgcodes(rng, c),

@@ -192,3 +192,23 @@ ICU_UNITS = ("Medical Intensive Care Unit (MICU)", "Medical/Surgical Intensive C
 SERVICES = ("MED", "CMED", "NMED", "OMED", "SURG")
 
 CODE_STATUS = ("Resuscitate (Full code)", "DNR / DNI")
+
+# Code families that belong to the condition registry (3-character ICD categories; 4 characters for ICD-10-PCS
+# and ICD-9 procedure subcategories): background codes (:mod:`.catalog`) never come from these, so that a
+# condition's codes appear exactly when the condition does (and with its labs, drugs and cultures).
+RESERVED_DIAGNOSIS_CATEGORIES: frozenset[str] = frozenset({
+    # ICD-10: sepsis/shock, kidney failure, heart failure, pneumonia, diabetes, long-term drug use, COPD,
+    # GI bleeding and ulcers, anaemia of blood loss, stroke, hypertension, AF, UTI, liver disease, resp. failure
+    "A40", "A41", "R65", "R57", "N17", "I50", "I11", "I13", "J12", "J13", "J14", "J15", "J16", "J17", "J18",
+    "E08", "E09", "E10", "E11", "E13", "Z79", "J43", "J44", "K92", "K25", "K26", "K27", "K28", "D62", "I60",
+    "I61", "I63", "I10", "I12", "I15", "I16", "I48", "N39", "K70", "K72", "K74", "K76", "J96",
+    # ICD-9: the same families
+    "038", "995", "785", "584", "428", "402", "404", "480", "481", "482", "483", "484", "485", "486", "487",
+    "249", "250", "V58", "491", "492", "496", "578", "531", "532", "533", "534", "285", "430", "431", "433",
+    "434", "436", "401", "403", "405", "427", "599", "571", "572", "518",
+})
+
+
+def reserved_procedure_prefixes() -> frozenset[str]:
+    """ICD-10-PCS codes' first 4 and ICD-9 procedure codes' first 3 characters of the condition procedures."""
+    return frozenset({c.icd10[:4] for c in PROCEDURES.values()} | {c.icd9[:3] for c in PROCEDURES.values()})

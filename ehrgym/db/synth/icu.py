@@ -16,11 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
 from ehrgym.db.items import ItemRef, item_reference
+from ehrgym.db.synth import catalog
 from ehrgym.db.synth.common import DAY, HOUR, MINUTE, NAT, ceil_to, expand, lexorder, uniform_int
 from ehrgym.db.synth.conditions import CONDITIONS
 from ehrgym.db.synth.timeline import Cohort
@@ -124,7 +126,8 @@ class Stays:
     celsius: np.ndarray
     weight: np.ndarray
     height: np.ndarray
-    base: dict[str, np.ndarray]
+    base: dict[str, np.ndarray]     # healthy baseline per stay
+    shift: dict[str, np.ndarray]    # conditions' shift per stay at ICU admission
     has: Callable[[str], np.ndarray]
     caregivers: np.ndarray
     cg_offset: np.ndarray
@@ -138,15 +141,19 @@ def _stays(rng: np.random.Generator, c: Cohort) -> Stays:
         on = c.cond[a, k]
         for key, v in cond.chart_shift.items():
             shifts[key] = shifts[key] + on * v
+    # a healthy baseline per stay (typical adult ICU values) and the conditions' shifts, scaled by how sick
+    # this patient is (acuity) and fading as treatment works (see _level)
+    acuity = rng.uniform(0.25, 1.0, S)
     base = {
-        "hr": rng.normal(84, 11, S) + shifts["hr"],
-        "sbp": rng.normal(121, 14, S) + shifts["sbp"] + shifts["map"],
-        "dbp": rng.normal(64, 8, S) + shifts["dbp"] + shifts["map"] * 0.7,
-        "rr": rng.normal(18, 2.5, S) + shifts["rr"],
-        "spo2": rng.normal(96.5, 1.2, S) + shifts["spo2"],
-        "temp": rng.normal(36.9, 0.3, S) + shifts["temp"],
-        "glucose": rng.normal(125, 18, S) + shifts["glucose"],
-        "gcs": np.minimum(15, rng.normal(14.6, 0.8, S) + shifts["gcs"]),
+        "hr": rng.normal(77, 11, S), "sbp": rng.normal(120, 14, S), "dbp": rng.normal(64, 8, S),
+        "rr": rng.normal(17.5, 2.5, S), "spo2": rng.normal(97.0, 1.2, S), "temp": rng.normal(36.75, 0.3, S),
+        "glucose": rng.normal(122, 18, S), "gcs": rng.normal(14.6, 0.8, S),
+    }
+    shift = {
+        "hr": shifts["hr"] * acuity, "sbp": (shifts["sbp"] + shifts["map"]) * acuity,
+        "dbp": (shifts["dbp"] + shifts["map"] * 0.7) * acuity, "rr": shifts["rr"] * acuity,
+        "spo2": shifts["spo2"] * acuity, "temp": shifts["temp"] * acuity, "glucose": shifts["glucose"],
+        "gcs": shifts["gcs"] * acuity,
     }
     return Stays(
         adm=a, stay_id=c.stay_id[a], subject_id=c.subject_id[c.pat[a]], hadm_id=c.hadm_id[a],
@@ -154,8 +161,19 @@ def _stays(rng: np.random.Generator, c: Cohort) -> Stays:
         vent_end=c.vent_end[a], shock=c.shock[a], shock_start=c.shock_start[a], shock_end=c.shock_end[a],
         artline=c.vent[a] | c.shock[a] | (rng.random(S) < 0.2), foley=rng.random(S) < 0.8,
         celsius=rng.random(S) < 0.2, weight=c.weight_kg[c.pat[a]], height=c.height_cm[c.pat[a]], base=base,
+        shift=shift,
         has=lambda key: c.has(key)[a], caregivers=c.caregivers, cg_offset=rng.integers(0, c.caregivers.size, S),
     )
+
+
+SHIFT_FADE = 36 * HOUR
+"""Acute shifts fade with treatment: to 30 % of their size, with this time constant after ICU admission."""
+
+
+def _level(st: Stays, key: str, s: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Expected value of vital ``key`` for stays ``s`` at times ``t``: baseline plus the fading shift."""
+    fade = 0.3 + 0.7 * np.exp(-(t - st.intime[s]) / SHIFT_FADE)
+    return st.base[key][s] + st.shift[key][s] * fade
 
 
 def _caregiver(st: Stays, s: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -218,13 +236,13 @@ def chartevents(rng: np.random.Generator, st: Stays, lo: int = 0, hi: int | None
     def noise(sd: float, mask: np.ndarray | None = None) -> np.ndarray:
         return rng.normal(0, sd, n if mask is None else int(np.count_nonzero(mask)))
 
-    hr = np.clip(st.base["hr"][s] + 10 * shock_now + noise(6), 35, 190).round()
-    sbp = np.clip(st.base["sbp"][s] - 22 * shock_now + noise(9), 60, 230)
-    dbp = np.clip(np.minimum(st.base["dbp"][s] - 12 * shock_now + noise(6), sbp - 20), 25, 140)
-    rr = np.clip(st.base["rr"][s] + noise(2.5), 6, 50).round()
+    hr = np.clip(_level(st, "hr", s, t) + 10 * shock_now + noise(6), 35, 190).round()
+    sbp = np.clip(_level(st, "sbp", s, t) - 22 * shock_now + noise(9), 60, 230)
+    dbp = np.clip(np.minimum(_level(st, "dbp", s, t) - 12 * shock_now + noise(6), sbp - 20), 25, 140)
+    rr = np.clip(_level(st, "rr", s, t) + noise(2.5), 6, 50).round()
     emit(None, HR, hr)
     emit(None, RR, rr)
-    emit(None, SPO2, np.clip(st.base["spo2"][s] + 1.5 * vent_now + noise(1.3), 82, 100).round())
+    emit(None, SPO2, np.clip(_level(st, "spo2", s, t) + 1.5 * vent_now + noise(1.3), 82, 100).round())
     art = st.artline[s]
     emit(art, ABPS, sbp.round())
     emit(art, ABPD, dbp.round())
@@ -244,13 +262,13 @@ def chartevents(rng: np.random.Generator, st: Stays, lo: int = 0, hi: int | None
     emit(peep, PEEP, np.array([5.0, 8.0, 10.0, 12.0])[rng.integers(0, 4, int(peep.sum()))])
     # temperature every four hours, hourly in shock (one unit per item: a stay is charted in °F or in °C)
     temp = hourly & ((hod % 4 == 0) | shock_now)
-    temp_c = np.clip(st.base["temp"][s[temp]] + noise(0.3, temp), 34.5, 41.5)
+    temp_c = np.clip(_level(st, "temp", s[temp], t[temp]) + noise(0.3, temp), 34.5, 41.5)
     fahrenheit = ~st.celsius[s[temp]]
     emit(temp & ~st.celsius[s], TEMP_F, np.round(temp_c[fahrenheit] * 9 / 5 + 32, 1))
     emit(temp & st.celsius[s], TEMP_C, np.round(temp_c[~fahrenheit], 1))
     # GCS every four hours, every two while ventilated; intubated patients' verbal score is 1
     gcs_slot = hourly & ((hod % 4 == 2) | (vent_now & (hod % 2 == 0)))
-    gcs = np.clip(st.base["gcs"][s[gcs_slot]] - 4 * vent_now[gcs_slot] + noise(0.7, gcs_slot), 3, 15)
+    gcs = np.clip(np.minimum(_level(st, "gcs", s[gcs_slot], t[gcs_slot]), 15) - 4 * vent_now[gcs_slot] + noise(0.7, gcs_slot), 3, 15)
     eye = np.clip(np.round(1 + (gcs - 3) / 12 * 3), 1, 4)
     motor = np.clip(np.round(1 + (gcs - 3) / 12 * 5 + 0.3), 1, 6)
     verbal = np.where(vent_now[gcs_slot], 1, np.clip(np.round(gcs - eye - motor), 1, 5))
@@ -264,9 +282,9 @@ def chartevents(rng: np.random.Generator, st: Stays, lo: int = 0, hi: int | None
     emit(hourly, 220048, np.full(rhythm.size, np.nan), 15 + rhythm)
     # glucose: finger sticks every six hours, serum twice a day
     fs = hourly & (hod % 6 == 5)
-    emit(fs, GLU_FS, np.clip(st.base["glucose"][s[fs]] + noise(25, fs), 40, 600).round())
+    emit(fs, GLU_FS, np.clip(_level(st, "glucose", s[fs], t[fs]) + noise(25, fs), 40, 600).round())
     serum = hourly & (hod % 12 == 4)
-    emit(serum, GLU_SERUM, np.clip(st.base["glucose"][s[serum]] + noise(25, serum) + noise(8, serum), 40, 600).round())
+    emit(serum, GLU_SERUM, np.clip(_level(st, "glucose", s[serum], t[serum]) + noise(25, serum) + noise(8, serum), 40, 600).round())
     # alarm limits checked every two hours
     alarm = hourly & (hod % 2 == 1)
     n_alarm = int(alarm.sum())
@@ -374,6 +392,89 @@ INFUSIONS: tuple[Infusion, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class InputItem:
+    """A background ICU input of the demo catalog (given as the demo gives it: its usual units, categories,
+    amount, rate and duration)."""
+    itemid: int
+    label: str
+    category: str
+    amount_uom: str
+    rate_uom: str | None
+    ordercategory: str
+    secondary: str | None
+    description: str
+    amount: float
+    rate: float
+    minutes: float
+    weight: float            # stays using the item in the demo
+    rows_per_stay: float
+
+
+BACKGROUND_INPUTS_PER_STAY = 7.0
+"""Mean distinct background input items per ICU stay (MIMIC-IV: about 116 input rows per stay)."""
+
+
+def background_inputs() -> list[InputItem]:
+    from ehrgym.db.synth.meds import BACKGROUND_EXCLUDED
+
+    core = {x.itemid for x in INFUSIONS}
+    out = []
+    for r in catalog.input_items():
+        label = r["label"].lower()
+        if (int(r["itemid"]) in core or any(w in label for w in BACKGROUND_EXCLUDED)
+                or "antibiotic" in r["category"].lower() or "antibiotic" in r["ordercategoryname"].lower()):
+            continue
+        amount = float(r["amount_p50"] or 0)
+        if amount <= 0 or not r["amountuom"]:
+            continue
+        has_rate = bool(r["rateuom"]) and float(r["p_rate"] or 0) >= 0.5 and float(r["rate_p50"] or 0) > 0
+        out.append(InputItem(int(r["itemid"]), r["label"], r["category"], r["amountuom"],
+                             r["rateuom"] if has_rate else None, r["ordercategoryname"] or "Continuous Med",
+                             r["secondaryordercategoryname"] or None, r["ordercategorydescription"] or "Drug Push",
+                             amount, float(r["rate_p50"] or 0) if has_rate else 0.0,
+                             max(float(r["minutes_p50"] or 1), 1.0), float(r["stays"]),
+                             float(r["rows"]) / max(float(r["stays"]), 1.0)))
+    return out
+
+
+def _background_input_rows(rng: np.random.Generator, st: Stays, items: list[InputItem]):
+    """(stay, background item index, start, end, amount, rate) of the background inputs."""
+    S = st.adm.size
+    weight = np.array([x.weight for x in items])
+    cdf = np.cumsum(weight) / weight.sum()
+    s, _ = expand(rng.poisson(BACKGROUND_INPUTS_PER_STAY, S))
+    item = np.minimum(np.searchsorted(cdf, rng.random(s.size), side="right"), len(items) - 1)
+    o = lexorder((item, s))
+    s, item = s[o], item[o]
+    fresh = np.ones(s.size, dtype=bool)
+    fresh[1:] = (s[1:] != s[:-1]) | (item[1:] != item[:-1])
+    s, item = s[fresh], item[fresh]
+    span_days = (st.outtime - st.intime)[s] / DAY
+    per_stay = np.array([x.rows_per_stay for x in items])[item]
+    n_rows = 1 + rng.poisson(np.clip((per_stay - 1) * np.minimum(span_days / 3.0, 3.0), 0, 40))
+    j, _ = expand(n_rows)
+    s, item = s[j], item[j]
+    minutes = np.array([x.minutes for x in items])[item] * np.exp(rng.normal(0, 0.4, j.size))
+    dur = np.maximum(np.round(minutes), 1).astype(np.int64) * MINUTE
+    lo = st.intime[s] + 10 * MINUTE
+    hi = st.outtime[s] - dur
+    ok = hi > lo
+    s, item, dur, lo, hi = s[ok], item[ok], dur[ok], lo[ok], hi[ok]
+    start = lo + (rng.random(s.size) * (hi - lo)).astype(np.int64)
+    start -= start % MINUTE
+    end = start + dur
+    o = lexorder((start, item, s))
+    s, item, start, end = s[o], item[o], start[o], end[o]
+    fresh = np.ones(s.size, dtype=bool)
+    fresh[1:] = (s[1:] != s[:-1]) | (item[1:] != item[:-1]) | (start[1:] != start[:-1])
+    s, item, start, end = s[fresh], item[fresh], start[fresh], end[fresh]
+    amount = np.round(np.array([x.amount for x in items])[item] * np.exp(rng.normal(0, 0.3, s.size)), 4)
+    base_rate = np.array([x.rate for x in items])[item]
+    rate = np.where(base_rate > 0, np.round(base_rate * np.exp(rng.normal(0, 0.3, s.size)), 4), np.nan)
+    return s, item, start, end, np.maximum(amount, 0.0001), rate
+
+
 def inputevents(rng: np.random.Generator, st: Stays) -> tuple[TableData, TableData]:
     S = st.adm.size
     parts = []
@@ -420,6 +521,10 @@ def inputevents(rng: np.random.Generator, st: Stays) -> tuple[TableData, TableDa
         if s.size:
             last[-1] = True
         parts.append((s, np.full(s.size, inf_idx), start, end, amount, rate_out, last, first_mask))
+    bg_items = background_inputs()
+    b_s, b_item, b_start, b_end, b_amount, b_rate = _background_input_rows(rng, st, bg_items)
+    ones = np.ones(b_s.size, dtype=bool)
+    parts.append((b_s, len(INFUSIONS) + b_item, b_start, b_end, b_amount, b_rate, ones, ones))
     s = np.concatenate([p[0] for p in parts])
     inf = np.concatenate([p[1] for p in parts])
     start = np.concatenate([p[2] for p in parts])
@@ -439,9 +544,12 @@ def inputevents(rng: np.random.Generator, st: Stays) -> tuple[TableData, TableDa
     store = np.minimum(end + uniform_int(rng, 0, 30, n) * MINUTE, st.outtime[s])
     store = np.maximum(store, start)
     spec = INFUSIONS
-    status = np.where(np.array([x.every_h > 0 for x in spec])[inf] | last | (rate != rate), 0, 1)
-    item = np.array([x.itemid for x in spec])[inf]
+    core_n = len(spec)
+    status = np.where(np.array([x.every_h > 0 for x in spec] + [False] * len(bg_items))[inf] | last | (rate != rate),
+                      0, 1)
+    item = np.array([x.itemid for x in spec] + [x.itemid for x in bg_items])[inf]
     is_rate = ~np.isnan(rate)
+    bags = np.array([x.bag for x in spec] + [0.0] * len(bg_items), dtype=float)[inf]
     inputs = TableData("inputevents", {
         **_stay_keys(st, s, start),
         "starttime": ts(start),
@@ -449,17 +557,17 @@ def inputevents(rng: np.random.Generator, st: Stays) -> tuple[TableData, TableDa
         "storetime": ts(store),
         "itemid": ints(item),
         "amount": floats(amount),
-        "amountuom": cat(inf, [x.amount_uom for x in spec]),
+        "amountuom": cat(inf, [x.amount_uom for x in spec] + [x.amount_uom for x in bg_items]),
         "rate": floats(np.nan_to_num(rate), null=~is_rate),
-        "rateuom": cat(inf, [x.rate_uom for x in spec]),
+        "rateuom": cat(inf, [x.rate_uom for x in spec] + [x.rate_uom for x in bg_items]),
         "orderid": ints(orderid),
         "linkorderid": ints(link),
-        "ordercategoryname": cat(inf, [x.category for x in spec]),
-        "secondaryordercategoryname": cat(inf, [x.secondary for x in spec]),
+        "ordercategoryname": cat(inf, [x.category for x in spec] + [x.ordercategory for x in bg_items]),
+        "secondaryordercategoryname": cat(inf, [x.secondary for x in spec] + [x.secondary for x in bg_items]),
         "ordercomponenttypedescription": cat(np.zeros(n, dtype=np.int64), ["Main order parameter"]),
-        "ordercategorydescription": cat(inf, [x.description for x in spec]),
+        "ordercategorydescription": cat(inf, [x.description for x in spec] + [x.description for x in bg_items]),
         "patientweight": floats(st.weight[s]),
-        "totalamount": floats(np.array([x.bag for x in spec], dtype=float)[inf]),
+        "totalamount": floats(np.where(inf < core_n, bags, amount)),
         "totalamountuom": cat(np.zeros(n, dtype=np.int64), ["ml"]),
         "isopenbag": ints(np.zeros(n, dtype=np.int64)),
         "continueinnextdept": ints(np.zeros(n, dtype=np.int64)),
@@ -467,12 +575,13 @@ def inputevents(rng: np.random.Generator, st: Stays) -> tuple[TableData, TableDa
         "originalamount": floats(amount),
         "originalrate": floats(np.nan_to_num(rate), null=~is_rate),
     })
-    # ingredients: the water of every input; dextrose bags also carry calories
-    water = np.round(amount * np.array([x.ml_per_amount for x in spec])[inf], 4)
+    # ingredients: the water of every core input (the catalog's inputs carry none); dextrose bags also calories
+    core_rows = np.flatnonzero(inf < core_n)
+    water = np.round(amount * np.array([x.ml_per_amount for x in spec] + [0.0] * len(bg_items))[inf], 4)
     dextrose = item == D5W
-    ing_idx = np.concatenate([np.arange(n), np.flatnonzero(dextrose)])
-    ing_item = np.concatenate([np.full(n, 220490), np.full(int(dextrose.sum()), 226060)])
-    ing_amount = np.concatenate([water, np.round(water[dextrose] * 0.17, 4)])
+    ing_idx = np.concatenate([core_rows, np.flatnonzero(dextrose)])
+    ing_item = np.concatenate([np.full(core_rows.size, 220490), np.full(int(dextrose.sum()), 226060)])
+    ing_amount = np.concatenate([water[core_rows], np.round(water[dextrose] * 0.17, 4)])
     hours = np.maximum((end - start) / HOUR, 1 / 60)
     ing_rate = np.where(ing_item == 220490, np.round(water[ing_idx] / hours[ing_idx], 4), np.nan)
     o = lexorder((ing_item, start[ing_idx], s[ing_idx]))
@@ -543,8 +652,47 @@ LINE_DATES: dict[int, tuple[int, int]] = {224275: (225754, 0), 224277: (225755, 
                                           224263: (224280, 224279), 229351: (229352, 0)}
 
 
+BACKGROUND_PROCEDURES_PER_STAY = 3.0
+BACKGROUND_DATETIMES_PER_STAY = 10.0
+DATETIME_EVERY = 4 * HOUR
+# catalog items that belong to the core line, ventilation, dialysis, culture and event logic: never background
+_CORE_WORDS = ("ventilat", "intubat", "extubat", "dialysis", "crrt", "culture", "line", "catheter", "gauge", "foley",
+               "arterial", "multi lumen", "transfus", "significant", "death", "cordis", "picc", "port")
+
+
+@lru_cache(maxsize=1)
+def background_icu_items() -> tuple[tuple[dict[str, str], ...], tuple[dict[str, str], ...]]:
+    """(procedure items, date-time items) of the catalog usable as background ICU events."""
+    core = set(PROCEDURE_ITEMS) | {i for pair in LINE_DATES.values() for i in pair}
+    proc, dt = [], []
+    for r in catalog.icu_event_items():
+        text = f"{r['label']} {r['category']}".lower()
+        if int(r["itemid"]) in core or any(w in text for w in _CORE_WORDS):
+            continue
+        (proc if r["linksto"] == "procedureevents" else dt).append(r)
+    return tuple(proc), tuple(dt)
+
+
+def _pick_items(rng: np.random.Generator, S: int, mean: float, items: tuple[dict[str, str], ...]
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Poisson(mean) distinct items per stay, by the number of demo stays using them: (stay, item)."""
+    w = np.array([float(r["stays"]) for r in items])
+    s, _ = expand(rng.poisson(mean, S))
+    item = np.minimum(np.searchsorted(np.cumsum(w) / w.sum(), rng.random(s.size), side="right"), w.size - 1)
+    o = lexorder((item, s))
+    s, item = s[o], item[o]
+    fresh = np.ones(s.size, dtype=bool)
+    fresh[1:] = (s[1:] != s[:-1]) | (item[1:] != item[:-1])
+    return s[fresh], item[fresh]
+
+
 def procedures(rng: np.random.Generator, st: Stays) -> tuple[TableData, TableData]:
     S = st.adm.size
+    bg_proc, bg_dt = background_icu_items()
+    proc_items = dict(PROCEDURE_ITEMS)
+    for r in bg_proc:
+        proc_items[int(r["itemid"])] = (r["ordercategory"] or "Procedures", r["orderdescription"] or "Task",
+                                        r["orderdescription"] == "ContinuousProcess", None)
     span = st.outtime - st.intime
     rules: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
 
@@ -567,6 +715,14 @@ def procedures(rng: np.random.Generator, st: Stays) -> tuple[TableData, TableDat
     add(225402, rng.random(S) < 0.5, early + 40 * MINUTE, early + 41 * MINUTE)
     add(225401, st.has("sepsis"), early + 10 * MINUTE, early + 11 * MINUTE)
     add(225454, st.has("uti") | st.has("sepsis") & (rng.random(S) < 0.5), early + 25 * MINUTE, early + 26 * MINUTE)
+    # background procedures of the catalog (imaging, communication, care tasks …), once per stay each
+    b_s, b_item = _pick_items(rng, S, BACKGROUND_PROCEDURES_PER_STAY, bg_proc)
+    b_start = st.intime + (rng.random(S) * (st.outtime - st.intime)).astype(np.int64)
+    for j, r in enumerate(bg_proc):
+        mask = np.zeros(S, dtype=bool)
+        mask[b_s[b_item == j]] = True
+        minutes = max(float(r["minutes_p50"] or 1), 1.0) if r["orderdescription"] == "ContinuousProcess" else 1.0
+        add(int(r["itemid"]), mask, b_start, b_start + int(minutes) * MINUTE)
 
     s = np.concatenate([np.flatnonzero(r[1]) for r in rules])
     item = np.concatenate([np.full(int(r[1].sum()), r[0]) for r in rules])
@@ -575,11 +731,11 @@ def procedures(rng: np.random.Generator, st: Stays) -> tuple[TableData, TableDat
     order = lexorder((item, start, s))
     s, item, start, end = s[order], item[order], start[order], end[order]
     n = s.size
-    item_keys = sorted(PROCEDURE_ITEMS)
+    item_keys = sorted(proc_items)
     ii = np.searchsorted(np.array(item_keys), item)
-    continuous = np.array([PROCEDURE_ITEMS[i][2] for i in item_keys])[ii]
+    continuous = np.array([proc_items[i][2] for i in item_keys])[ii]
     value = np.where(continuous, (end - start) / MINUTE, 1.0)
-    loc_cat = [PROCEDURE_ITEMS[i][3] for i in item_keys]
+    loc_cat = [proc_items[i][3] for i in item_keys]
     has_loc = np.array([x is not None for x in loc_cat])[ii]
     location = np.where(has_loc, np.where(item == 225752, 4 + rng.integers(0, 2, n),
                                           np.where(item == 224263, 6 + rng.integers(0, 2, n), rng.integers(0, 4, n))),
@@ -599,8 +755,8 @@ def procedures(rng: np.random.Generator, st: Stays) -> tuple[TableData, TableDat
         "locationcategory": cat(np.where(has_loc, ii, -1), [x or "" for x in loc_cat]),
         "orderid": ints(orderid),
         "linkorderid": ints(orderid),
-        "ordercategoryname": cat(ii, [PROCEDURE_ITEMS[i][0] for i in item_keys]),
-        "ordercategorydescription": cat(ii, [PROCEDURE_ITEMS[i][1] for i in item_keys]),
+        "ordercategoryname": cat(ii, [proc_items[i][0] for i in item_keys]),
+        "ordercategorydescription": cat(ii, [proc_items[i][1] for i in item_keys]),
         "patientweight": floats(st.weight[s]),
         "isopenbag": ints(np.zeros(n, dtype=np.int64)),
         "continueinnextdept": ints(np.zeros(n, dtype=np.int64)),
@@ -625,6 +781,19 @@ def procedures(rng: np.random.Generator, st: Stays) -> tuple[TableData, TableDat
     d_chart = np.concatenate([chart, chart[dressing]])
     d_value = np.concatenate([lstart[j], np.maximum(chart[dressing] - uniform_int(rng, 0, 180, int(dressing.sum()))
                                                     * MINUTE, lstart[j][dressing])])
+    # background date-time items (dressing changes of wounds, drains …): charted every 4 h from a random
+    # point of the stay, the value being when it was last done (before the first charting, inside the stay)
+    g_s, g_item = _pick_items(rng, S, BACKGROUND_DATETIMES_PER_STAY, bg_dt)
+    g_first = ceil_to(st.intime[g_s] + (rng.random(g_s.size) * (st.outtime - st.intime)[g_s] / 2).astype(np.int64),
+                      HOUR)
+    g_n = np.maximum((st.outtime[g_s] - g_first) // DATETIME_EVERY + 1, 0)
+    gj, gk = expand(g_n)
+    g_chart = g_first[gj] + gk * DATETIME_EVERY
+    g_value = np.maximum(g_first - uniform_int(rng, 0, 180, g_s.size) * MINUTE, st.intime[g_s])[gj]
+    d_s = np.concatenate([d_s, g_s[gj]])
+    d_item = np.concatenate([d_item, np.array([int(r["itemid"]) for r in bg_dt], dtype=np.int64)[g_item[gj]]])
+    d_chart = np.concatenate([d_chart, g_chart])
+    d_value = np.concatenate([d_value, g_value])
     d_value = d_value - d_value % MINUTE
     o = lexorder((d_item, d_chart, d_s))
     d_s, d_item, d_chart, d_value = d_s[o], d_item[o], d_chart[o], d_value[o]
@@ -653,6 +822,15 @@ def d_items_table() -> TableData:
                          item_unit(ref), param, lo, hi))
     for itemid, label, abbr, linksto, category, unit, param in EXTRA_ITEMS:
         rows.append((itemid, label, abbr, linksto, category, unit, param, None, None))
+    for x in background_inputs():
+        rows.append((x.itemid, x.label, x.label, "inputevents", x.category, x.amount_uom, "Solution", None, None))
+    bg_proc, bg_dt = background_icu_items()
+    for r in bg_proc:
+        rows.append((int(r["itemid"]), r["label"], r["label"], "procedureevents", r["category"], None, "Processes",
+                     None, None))
+    for r in bg_dt:
+        rows.append((int(r["itemid"]), r["label"], r["label"], "datetimeevents", r["category"], None, "Date and time",
+                     None, None))
     rows.sort(key=lambda r: r[0])
     n = len(rows)
     idx = np.arange(n)

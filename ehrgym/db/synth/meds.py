@@ -4,6 +4,11 @@
 A plan is a set of *orders* (admission, drug, start, stop); a drug given for a whole stay may be
 re-ordered (dose changes), giving consecutive orders. Every administration (eMAR) lies inside its
 order, hence inside its admission.
+
+Besides the condition-driven, supportive and ICU drugs (:data:`CORE_KEYS`, written in the catalog's
+spelling variants, e.g. 'CefTRIAXone' / 'CeftriaXONE'), each admission gets *background* orders of the
+demo's drug catalog by frequency (never anticoagulants, insulin, vasoactives, sedation or antibiotics:
+:data:`BACKGROUND_EXCLUDED`), charted in the eMAR at a share of the demo's.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ehrgym.db.synth import catalog
 from ehrgym.db.synth.common import DAY, HOUR, MINUTE, NAT, ceil_to, expand, lexorder, rank_within, uniform_int
 from ehrgym.db.synth.conditions import CONDITION_KEYS, CONDITIONS
 from ehrgym.db.synth.timeline import Cohort
@@ -142,7 +148,76 @@ MEDS: dict[str, Med] = {
 
 SUPPORTIVE: tuple[str, ...] = ("heparin_sc", "acetaminophen", "docusate", "senna", "polyethylene_glycol", "nacl_flush",
                                "ondansetron", "potassium_chloride", "magnesium_sulfate", "pantoprazole")
+CORE_KEYS: tuple[str, ...] = tuple(MEDS)
+"""The condition-driven, supportive and ICU drugs; the background drugs of the catalog follow them."""
+
+BACKGROUND_EXCLUDED = (
+    # drugs a condition or the ICU module decides (anticoagulants, insulin, vasoactives, sedation, antibiotics):
+    # never background, so that they keep following their indication
+    "heparin", "enoxaparin", "warfarin", "apixaban", "rivaroxaban", "dabigatran", "argatroban", "bivalirudin",
+    "fondaparinux", "alteplase", "insulin", "norepinephrine", "epinephrine", "phenylephrine", "vasopressin",
+    "dopamine", "dobutamine", "milrinone", "propofol", "cillin", "cef", "penem", "floxacin", "mycin", "vancomycin",
+    "metronidazole", "sulfameth", "bactrim", "doxycycline", "linezolid", "daptomycin", "nitrofurantoin",
+    "aztreonam", "tazobactam", "octreotide", "lactulose", "rifaximin",
+)
+BACKGROUND_PER_ADMISSION = 21.0
+"""Mean background drug orders per admission (catalog drugs by demo frequency): MIMIC-IV has about 37
+prescriptions per admission."""
+MAX_BACKGROUND_DOSES_PER_DAY = 6.0
+BACKGROUND_EMAR_SCALE = 0.4
+"""The core drugs are always charted in the eMAR; background orders are charted at 0.4 × the demo's share of
+their drug, which keeps eMAR rows per admission at MIMIC-IV's rate (about 78)."""
+
+
+def _background_meds() -> tuple[dict[str, Med], np.ndarray, np.ndarray]:
+    """Catalog drugs usable as background orders (as Med entries), their weights and eMAR shares."""
+    core = {catalog.drug_key(m.drug) for m in MEDS.values()}
+    out: dict[str, Med] = {}
+    weights, p_emar = [], []
+    for r in catalog.drugs():
+        key = catalog.drug_key(r["drug"])
+        if key in core or any(word in key for word in BACKGROUND_EXCLUDED):
+            continue
+        per_day = min(float(r["doses_per_24_hrs"] or 0), MAX_BACKGROUND_DOSES_PER_DAY)
+        days = max(float(r["median_days"] or 1.0), 0.2)
+        out[f"catalog:{r['drug']}"] = Med(
+            r["drug"], r["formulary_drug_cd"], r["gsn"], r["ndc"] or "0", r["prod_strength"], r["dose_val_rx"],
+            r["dose_unit_rx"], r["form_val_disp"], r["form_unit_disp"], per_day, r["frequency"] or "ASDIR",
+            r["route"] or "PO", r["proc_type"] or "Unit Dose", 1.0, (0.5 * days, min(1.5 * days, 10.0)),
+            (0.5, 72.0))
+        weights.append(float(r["rows"]))
+        p_emar.append(float(r["p_emar"] or 0.0))
+    return out, np.array(weights), np.array(p_emar)
+
+
+_BACKGROUND, BACKGROUND_WEIGHT, BACKGROUND_P_EMAR = _background_meds()
+MEDS.update(_BACKGROUND)
 MED_KEYS: tuple[str, ...] = tuple(MEDS)
+N_CORE = len(CORE_KEYS)
+
+
+def _variants() -> tuple[list[str], list[tuple[np.ndarray, np.ndarray]]]:
+    """Drug strings and, per drug of MED_KEYS, (name indices, cumulative weights) of its spellings: a core
+    drug is written as in the catalog's spelling variants of it ('CefTRIAXone', 'CeftriaXONE'), by frequency."""
+    by_key: dict[str, list[tuple[str, float]]] = {}
+    for r in catalog.drugs():
+        by_key.setdefault(catalog.drug_key(r["drug"]), []).append((r["drug"], float(r["rows"])))
+    names: list[str] = []
+    index: dict[str, int] = {}
+    choices = []
+    for k in MED_KEYS:
+        drug = MEDS[k].drug
+        spellings = by_key.get(catalog.drug_key(drug), []) if k in CORE_KEYS else []
+        if drug not in {s for s, _ in spellings}:
+            spellings = [(drug, max([w for _, w in spellings], default=1.0))] + spellings
+        ids = np.array([index.setdefault(s, len(index)) for s, _ in spellings])
+        w = np.cumsum([w for _, w in spellings])
+        choices.append((ids, w / w[-1]))
+    names = list(index)
+    return names, choices
+
+
+DRUG_NAMES, _SPELLINGS = _variants()
 
 
 def _col(attr: str) -> list:
@@ -160,11 +235,13 @@ class MedPlan:
     ordertime: np.ndarray  # when the order was entered (poe.ordertime = pharmacy.entertime)
     pharmacy_id: np.ndarray
     provider: np.ndarray
+    name: np.ndarray       # index into DRUG_NAMES: the drug string written on the order
+    charted: np.ndarray    # the order's administrations are charted in the eMAR
 
 
 def plan(rng: np.random.Generator, c: Cohort) -> MedPlan:
     m = c.n_admissions
-    n_med = len(MED_KEYS)
+    n_med = N_CORE
     indicated = np.zeros((m, n_med), dtype=bool)
     for k, cond in enumerate(CONDITIONS):
         for key in cond.meds:
@@ -174,11 +251,21 @@ def plan(rng: np.random.Generator, c: Cohort) -> MedPlan:
     indicated[:, MED_KEYS.index("norepinephrine")] = c.shock
     indicated[:, MED_KEYS.index("phenylephrine")] = c.shock & (rng.random(m) < 0.35)
     indicated[:, MED_KEYS.index("propofol")] = c.vent
-    for j, key in enumerate(MED_KEYS):
+    for j, key in enumerate(CORE_KEYS):
         for avoid in MEDS[key].avoid_with:
             indicated[:, j] &= ~c.cond[:, CONDITION_KEYS.index(avoid)]
-    given = indicated & (rng.random((m, n_med)) < np.array(_col("p"))[None, :])
+    given = indicated & (rng.random((m, n_med)) < np.array(_col("p")[:N_CORE])[None, :])
     adm, med = np.nonzero(given)
+    # background drugs of the catalog, by frequency, no repeats within an admission
+    adm_b, _ = expand(rng.poisson(BACKGROUND_PER_ADMISSION, m))
+    cdf = np.cumsum(BACKGROUND_WEIGHT)
+    med_b = N_CORE + np.minimum(np.searchsorted(cdf / cdf[-1], rng.random(adm_b.size), side="right"),
+                                cdf.size - 1)
+    o = lexorder((med_b, adm_b))
+    adm_b, med_b = adm_b[o], med_b[o]
+    fresh = np.ones(adm_b.size, dtype=bool)
+    fresh[1:] = (adm_b[1:] != adm_b[:-1]) | (med_b[1:] != med_b[:-1])
+    adm, med = np.concatenate([adm, adm_b[fresh]]), np.concatenate([med, med_b[fresh]])
     n = adm.size
     start_lo = np.array([MEDS[k].start_h[0] for k in MED_KEYS])[med]
     start_hi = np.array([MEDS[k].start_h[1] for k in MED_KEYS])[med]
@@ -220,12 +307,24 @@ def plan(rng: np.random.Generator, c: Cohort) -> MedPlan:
     pharmacy_id = rng.permutation(np.arange(a.size)) * 11 + 10_000_000 + rng.integers(0, 11, a.size)
     provider = rng.integers(0, len(c.providers), a.size)
     ordertime = np.maximum(o_start - uniform_int(rng, 5, 60, a.size) * MINUTE, c.admittime[a])
-    return MedPlan(a, md, o_start, o_stop, last, ordertime, pharmacy_id, provider)
+    # order entry is stamped to the second in MIMIC-IV (poe.ordertime, pharmacy.entertime), unlike charting
+    ordertime += np.minimum(rng.integers(0, 60, a.size), np.maximum(o_start - ordertime - 1, 0))
+    # the drug string: one spelling per (admission, drug) course, by the catalog's frequencies
+    name = np.zeros(a.size, dtype=np.int64)
+    u = (rng.random(m)[a] + md * 0.6180339887) % 1.0  # one draw per (admission, drug)
+    for j in np.unique(md):
+        sel = md == j
+        ids, cdf = _SPELLINGS[j]
+        name[sel] = ids[np.minimum(np.searchsorted(cdf, u[sel], side="right"), ids.size - 1)]
+    p_emar = np.concatenate([np.ones(N_CORE), BACKGROUND_P_EMAR * BACKGROUND_EMAR_SCALE])
+    charted = rng.random(a.size) < p_emar[md]
+    return MedPlan(a, md, o_start, o_stop, last, ordertime, pharmacy_id, provider, name, charted)
 
 
 def _administrations(rng: np.random.Generator, p: MedPlan):
     """(order index, scheduled time or NAT, charttime, event code) of every eMAR event."""
     per_day = np.array(_col("per_day"), dtype=float)[p.med]
+    per_day = np.where(p.charted, per_day, np.nan)  # NaN: no eMAR rows for this order
     dur = p.stop - p.start
     # scheduled doses
     sched = per_day > 0
@@ -272,7 +371,7 @@ def generate(rng: np.random.Generator, c: Cohort, p: MedPlan, poe_seq: np.ndarra
     subj = c.subject_id[c.pat[p.adm]]
     status = np.where(p.last & (p.stop >= c.dischtime[p.adm] - 3 * HOUR), 0, np.where(p.last, 1, 2))
     entertime = p.ordertime
-    verified = np.minimum(entertime + uniform_int(rng, 1, 30, n) * MINUTE, p.stop)
+    verified = np.minimum(entertime + uniform_int(rng, 60, 30 * 60, n), p.stop)
     per_day = np.array(_col("per_day"), dtype=float)[p.med]
     prescriptions = TableData("prescriptions", {
         "subject_id": ints(subj),
@@ -283,7 +382,7 @@ def generate(rng: np.random.Generator, c: Cohort, p: MedPlan, poe_seq: np.ndarra
         "starttime": ts(p.start),
         "stoptime": ts(p.stop),
         "drug_type": const("MAIN", n),
-        "drug": cat(p.med, _col("drug")),
+        "drug": cat(p.name, DRUG_NAMES),
         "formulary_drug_cd": cat(p.med, _col("formulary")),
         "gsn": cat(p.med, [g or None for g in _col("gsn")]),
         "ndc": cat(p.med, _col("ndc")),
@@ -302,7 +401,7 @@ def generate(rng: np.random.Generator, c: Cohort, p: MedPlan, poe_seq: np.ndarra
         "poe_seq": ints(poe_seq),
         "starttime": ts(p.start),
         "stoptime": ts(p.stop),
-        "medication": cat(p.med, _col("drug")),
+        "medication": cat(p.name, DRUG_NAMES),
         "proc_type": cat(p.med, _col("proc_type")),
         "status": cat(status, ["Discontinued via patient discharge", "Discontinued",
                                "Inactive (Due to a change order)"]),
@@ -333,7 +432,7 @@ def generate(rng: np.random.Generator, c: Cohort, p: MedPlan, poe_seq: np.ndarra
         "enter_provider_id": cat(np.where(rng.random(n_e) < 0.3, rng.integers(0, len(c.providers), n_e), -1),
                                  c.providers),
         "charttime": ts(chart),
-        "medication": cat(p.med[o], _col("drug")),
+        "medication": cat(p.name[o], DRUG_NAMES),
         "event_txt": cat(event, EVENTS),
         "scheduletime": ts(scheduled),
         "storetime": ts(store),

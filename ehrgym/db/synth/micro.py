@@ -1,6 +1,8 @@
 """``microbiologyevents``: cultures ordered for infections (sepsis → blood and urine, pneumonia →
 sputum, UTI → urine), fever work-ups and ICU MRSA screens; positive cultures carry an organism and,
-when tested, one row per antibiotic with an MIC and an S/I/R interpretation."""
+when tested, one row per antibiotic with an MIC and an S/I/R interpretation. On top: negative
+background cultures of the demo's other specimen types and tests, by frequency, during stays and at
+clinic visits (outpatient, no ``hadm_id``)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ehrgym.db.synth import catalog
 from ehrgym.db.synth.common import DAY, HOUR, MINUTE, expand, floor_to, lexorder, pick_rows, uniform_int
 from ehrgym.db.synth.conditions import CONDITIONS
 from ehrgym.db.synth.timeline import Cohort
@@ -71,12 +74,39 @@ SUSCEPTIBILITY: dict[int, dict[int, float]] = {
 }
 
 SPEC_KEYS = tuple(SPECIMENS)
+BACKGROUND_PER_ADMISSION = 0.6
+OUTPATIENT_PER_VISIT = 1.0
+"""Mean background cultures (the demo's other specimen types and tests, by frequency; reported negative) per
+admission and per clinic visit (outpatient, no ``hadm_id``)."""
+
+
+def background_specimens() -> tuple[list[Specimen], np.ndarray, np.ndarray]:
+    """The catalog's (specimen type, test) pairs other than the core specimens, with their inpatient and
+    outpatient weights."""
+    core = {s.spec_itemid for s in SPECIMENS.values()}
+    out, w_in, w_out = [], [], []
+    for r in catalog.specimens():
+        if int(r["spec_itemid"]) in core:
+            continue
+        out.append(Specimen(int(r["spec_itemid"]), r["spec_type_desc"], int(r["test_itemid"]), r["test_name"], (),
+                            (r["negative_comment"] or "NO GROWTH.").strip() or "NO GROWTH.", susceptibility=False))
+        rows, p_out = float(r["rows"]), float(r["p_outpatient"] or 0.0)
+        w_in.append(rows * (1 - p_out))
+        w_out.append(rows * p_out)
+    return out, np.array(w_in), np.array(w_out)
+
+
+def _draw(rng: np.random.Generator, counts: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    owner, _ = expand(counts)
+    cdf = np.cumsum(weight)
+    return owner, np.minimum(np.searchsorted(cdf / cdf[-1], rng.random(owner.size), side="right"), cdf.size - 1)
 ORG_IDS = tuple(sorted(ORGANISMS))
 AB_IDS = tuple(sorted(ANTIBIOTICS))
 
 
-def _specimens(rng: np.random.Generator, c: Cohort):
-    """Ordered specimens: (admission, spec index, time, grows, organism index)."""
+def _specimens(rng: np.random.Generator, c: Cohort, visits: tuple[np.ndarray, np.ndarray]):
+    """Ordered specimens: (patient, admission or -1, spec index, time, grows, organism index); spec indices
+    past the core SPEC_KEYS are background specimens (:func:`background_specimens`)."""
     m = c.n_admissions
     parts = []
     early = c.admittime + uniform_int(rng, 15, 240, m) * MINUTE
@@ -117,20 +147,31 @@ def _specimens(rng: np.random.Generator, c: Cohort):
     si = SPEC_KEYS.index("mrsa")
     parts.append((s[ok], np.full(int(ok.sum()), si), screen_t[ok], rng.random(int(ok.sum())) < 0.08,
                   np.full(int(ok.sum()), ORG_IDS.index(80023))))
+    # background cultures: other specimen types, negative, during the stay or at a clinic visit
+    _, w_in, w_out = background_specimens()
+    a_b, s_b = _draw(rng, rng.poisson(BACKGROUND_PER_ADMISSION, c.n_admissions), w_in)
+    t_b = c.admittime[a_b] + (rng.random(a_b.size) * (c.dischtime[a_b] - c.admittime[a_b])).astype(np.int64)
+    parts.append((a_b, len(SPEC_KEYS) + s_b, t_b - t_b % MINUTE, np.zeros(a_b.size, dtype=bool),
+                  np.zeros(a_b.size, dtype=np.int64)))
+    v_pat, v_t = visits
+    v_i, s_o = _draw(rng, rng.poisson(OUTPATIENT_PER_VISIT, v_pat.size), w_out)
     adm = np.concatenate([p[0] for p in parts])
-    spec = np.concatenate([p[1] for p in parts])
-    t = np.concatenate([p[2] for p in parts])
-    grows = np.concatenate([p[3] for p in parts])
-    org = np.concatenate([p[4] for p in parts])
-    t = np.minimum(t, c.dischtime[adm] - MINUTE)
-    order = lexorder((spec, t, adm))
-    return adm[order], spec[order], t[order], grows[order], org[order]
+    spec = np.concatenate([p[1] for p in parts] + [len(SPEC_KEYS) + s_o])
+    t = np.minimum(np.concatenate([p[2] for p in parts]), c.dischtime[adm] - MINUTE)
+    t = np.concatenate([t, v_t[v_i] + uniform_int(rng, 0, 20, v_i.size) * MINUTE])
+    grows = np.concatenate([p[3] for p in parts] + [np.zeros(v_i.size, dtype=bool)])
+    org = np.concatenate([p[4] for p in parts] + [np.zeros(v_i.size, dtype=np.int64)])
+    pat = np.concatenate([c.pat[adm], v_pat[v_i]])
+    adm = np.concatenate([adm, np.full(v_i.size, -1)])
+    order = lexorder((spec, t, pat))
+    return pat[order], adm[order], spec[order], t[order], grows[order], org[order]
 
 
-def generate(rng: np.random.Generator, c: Cohort) -> list[TableData]:
-    adm, spec, t, grows, org = _specimens(rng, c)
+def generate(rng: np.random.Generator, c: Cohort, visits: tuple[np.ndarray, np.ndarray]) -> list[TableData]:
+    pat, adm, spec, t, grows, org = _specimens(rng, c, visits)
     n_spec = adm.size
-    has_panel = np.array([SPECIMENS[k].susceptibility for k in SPEC_KEYS])[spec]
+    spec_labels = [SPECIMENS[k] for k in SPEC_KEYS] + background_specimens()[0]
+    has_panel = np.array([s.susceptibility for s in spec_labels])[spec]
     panel_size = np.array([len(SUSCEPTIBILITY[o]) for o in ORG_IDS])[org]
     rows_per = np.where(grows & has_panel & (panel_size > 0), panel_size, 1)
     sp, pos = expand(rows_per)
@@ -152,16 +193,17 @@ def generate(rng: np.random.Generator, c: Cohort) -> list[TableData]:
 
     specimen_ids = rng.permutation(n_spec) * 3 + 1_000_000 + rng.integers(0, 3, n_spec)
     charttime = t[sp]
-    storetime = np.minimum(charttime + uniform_int(rng, 40, 96, n) * HOUR, c.dischtime[adm[sp]])
+    inpatient = adm[sp] >= 0
+    storetime = charttime + uniform_int(rng, 40, 96, n) * HOUR
+    storetime = np.where(inpatient, np.minimum(storetime, c.dischtime[np.maximum(adm[sp], 0)]), storetime)
     storetime = np.maximum(storetime, charttime)
-    spec_labels = [SPECIMENS[k] for k in SPEC_KEYS]
     org_code = np.where(grows[sp], org[sp], -1)
     comment = np.where(grows[sp], -1, spec[sp])
     provider = np.where(rng.random(n) < 0.6, rng.integers(0, len(c.providers), n), -1)
     data = TableData("microbiologyevents", {
         "microevent_id": ints(np.arange(1, n + 1)),
-        "subject_id": ints(c.subject_id[c.pat[adm[sp]]]),
-        "hadm_id": ints(c.hadm_id[adm[sp]]),
+        "subject_id": ints(c.subject_id[pat[sp]]),
+        "hadm_id": ints(c.hadm_id[np.maximum(adm[sp], 0)], null=~inpatient),
         "micro_specimen_id": ints(specimen_ids[sp]),
         "order_provider_id": cat(provider, c.providers),
         "chartdate": ts(floor_to(charttime, DAY)),

@@ -43,9 +43,13 @@ def generate(rng: np.random.Generator, c: Cohort, plan: MedPlan, lab_draws: tupl
     adm_p, t_p, kind_p, origin_p = [], [], [], []
 
     def add(adm: np.ndarray, t: np.ndarray, kind: int, origin: np.ndarray | None = None) -> None:
+        """Orders at ``t``; entry is stamped to the second, as in MIMIC-IV (medication orders carry their own
+        entry time, shared with pharmacy.entertime)."""
         t = np.clip(t, c.admittime[adm], c.dischtime[adm])
+        if origin is None:
+            t = np.minimum(t - np.mod(t, MINUTE) + rng.integers(0, 60, t.size), c.dischtime[adm])
         adm_p.append(adm)
-        t_p.append(t - np.mod(t, MINUTE))
+        t_p.append(t)
         kind_p.append(np.full(adm.size, kind))
         origin_p.append(np.full(adm.size, -1) if origin is None else origin)
 
@@ -64,14 +68,17 @@ def generate(rng: np.random.Generator, c: Cohort, plan: MedPlan, lab_draws: tupl
     n_days = np.maximum((c.dischtime - c.admittime) // DAY, 0) + 1
     d_adm, d = expand(n_days)
     day_t = c.admittime[d_adm] + d * DAY
-    for kind, p in ((("General Care", "Vitals/Monitoring"), 0.6), (("General Care", "Activity"), 0.4),
-                    (("General Care", "Other"), 0.7), (("Nutrition", "Diet Order"), 0.35),
-                    (("IV therapy", "IV fluids"), 0.25)):
-        sel = rng.random(d_adm.size) < p
-        add(d_adm[sel], day_t[sel] + uniform_int(rng, 60, 20 * 60, int(sel.sum())) * MINUTE, _kind(*kind))
+    tubes = (c.icu | (rng.random(m) < 0.3))[d_adm]  # a catheter or drain, re-ordered most days
+    everyone = np.ones(d_adm.size, dtype=bool)
+    for kind, rate, who in ((("General Care", "Vitals/Monitoring"), 1.2, everyone),
+                            (("General Care", "Activity"), 0.8, everyone), (("General Care", "Other"), 1.5, everyone),
+                            (("Nutrition", "Diet Order"), 0.7, everyone), (("IV therapy", "IV fluids"), 0.6, everyone),
+                            (("General Care", "Code status"), 0.15, everyone),
+                            (("General Care", "Tubes/Drains"), 0.8, tubes)):
+        day_i, _ = expand(np.where(who, rng.poisson(rate, d_adm.size), 0))
+        add(d_adm[day_i], day_t[day_i] + uniform_int(rng, 60, 20 * 60, day_i.size) * MINUTE, _kind(*kind))
     # condition- and ICU-driven orders
     rules = [
-        (("General Care", "Tubes/Drains"), c.icu | (rng.random(m) < 0.1), c.admittime + 2 * HOUR),
         (("Radiology", "General Xray"), c.has("pneumonia") | c.vent | c.has("heart_failure"), c.admittime + HOUR),
         (("Radiology", "CT Scan"), c.has("stroke") | (rng.random(m) < 0.08), c.admittime + 30 * MINUTE),
         (("Respiratory", "Mechanical Ventilation"), c.vent, c.vent_start),
@@ -137,6 +144,8 @@ def generate(rng: np.random.Generator, c: Cohort, plan: MedPlan, lab_draws: tupl
     detail(is_kind[("General Care", "Code status")], "Code status", code_idx[dnr[adm].astype(np.int64)])
     detail(is_kind[("ADT orders", "Transfer")], "Transfer to",
            svc_idx[np.where(c.service2[adm] >= 0, c.service2[adm], c.service1[adm])])
+    detail(is_kind[("ADT orders", "Discharge")] | is_kind[("ADT orders", "Transfer")], "Admit category",
+           full + label(values, "Admit to inpatient"))
     detail(is_kind[("ADT orders", "Discharge")], "Discharge Planning", full + label(values, "Finalized"))
     detail(is_kind[("ADT orders", "Discharge")], "Discharge When", full + label(values, "Discharge Now"))
     detail(is_kind[("General Care", "Tubes/Drains")], "Tubes & Drains type",
@@ -145,6 +154,8 @@ def generate(rng: np.random.Generator, c: Cohort, plan: MedPlan, lab_draws: tupl
                       label(values, "Routine (within 24 hours)"))
     detail(is_kind[("Radiology", "General Xray")] | is_kind[("Radiology", "CT Scan")], "Level of Urgency", urgent)
     detail(is_kind[("Consults", "Physical Therapy")], "Consult Status", full + label(values, "Accepted"))
+    detail(is_kind[("IV therapy", "IV fluids")] & (rng.random(n) < 0.3), "Indication",
+           full + label(values, "Maintenance fluids"))
     rows = np.concatenate(d_row)
     f = np.concatenate(d_field)
     v = np.concatenate(d_value)

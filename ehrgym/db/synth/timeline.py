@@ -349,18 +349,28 @@ def careunit_labels() -> tuple[str, ...]:
 
 
 def transfers_table(rng: np.random.Generator, c: Cohort) -> TableData:
+    """The transfers of every admission, then the ED visits that ended without admission (one 'ED' row each,
+    NULL ``hadm_id``, as in MIMIC-IV)."""
+    from ehrgym.db.synth.outpatient import ed_visits
+
     adm, kind, unit, intime, outtime = _segments(c)
     first_inpatient = rank_within(adm) == np.where(c.edregtime[adm] != NAT, 1, 0)
     eventtype = np.where(kind == _ED, 0, np.where(kind == _DISCH, 3, np.where(first_inpatient, 1, 2)))
-    transfer_id = rng.permutation(_unique_sorted_ids(rng, adm.size, 30_000_000, 9_000_000))
+    ed_pat, ed_in = ed_visits(rng, c)
+    ed_out = ed_in + uniform_int(rng, 90, 10 * 60, ed_pat.size) * MINUTE
+    n_adm_rows = adm.size
+    transfer_id = rng.permutation(_unique_sorted_ids(rng, n_adm_rows + ed_pat.size, 30_000_000, 9_000_000))
+    ed_unit = careunit_labels().index(D.ED_UNIT)
     return TableData("transfers", {
-        "subject_id": ints(c.subject_id[c.pat[adm]]),
-        "hadm_id": ints(c.hadm_id[adm]),
+        "subject_id": ints(np.concatenate([c.subject_id[c.pat[adm]], c.subject_id[ed_pat]])),
+        "hadm_id": ints(np.concatenate([c.hadm_id[adm], np.zeros(ed_pat.size, dtype=np.int64)]),
+                        null=np.arange(n_adm_rows + ed_pat.size) >= n_adm_rows),
         "transfer_id": ints(transfer_id),
-        "eventtype": cat(eventtype, ["ED", "admit", "transfer", "discharge"]),
-        "careunit": cat(unit, careunit_labels()),
-        "intime": ts(intime),
-        "outtime": ts(outtime),
+        "eventtype": cat(np.concatenate([eventtype, np.zeros(ed_pat.size, dtype=np.int64)]),
+                         ["ED", "admit", "transfer", "discharge"]),
+        "careunit": cat(np.concatenate([unit, np.full(ed_pat.size, ed_unit)]), careunit_labels()),
+        "intime": ts(np.concatenate([intime, ed_in])),
+        "outtime": ts(np.concatenate([outtime, ed_out])),
     })
 
 
