@@ -488,6 +488,8 @@ class PythonWorker:
             frame = sql(query)
         except Exception as exc:  # noqa: BLE001 - every SQL failure goes back to the agent as SQLError
             return b"E", (str(exc) or type(exc).__name__).encode("utf-8", "replace")
+        if isinstance(frame, bytes):  # already pickled by the query process: forwarded, never unpickled here
+            return b"Q", frame
         if not isinstance(frame, pd.DataFrame):
             return b"E", f"internal error: the SQL tool returned {type(frame).__name__}, not a DataFrame".encode()
         try:
