@@ -276,7 +276,7 @@ class EpisodeConnection:
             raise DatabaseError(f"cannot open {db_path} for episodes: {exc}") from exc
         self.overlay = Overlay()
         self.healthy = True
-        self.dirty = False          # an agent query ran since the catalog was last restored
+        self.dirty = False          # a query that can write the catalog (PIVOT) ran since the last restore
 
     # -- state ----------------------------------------------------------------------------------
     def apply(self, overlay: Overlay) -> None:
@@ -327,7 +327,7 @@ class EpisodeConnection:
     def run(self, sql: str, limits: SqlLimits, watchdog: Watchdog) -> QueryResult:
         """Run an admitted query: up to ``max_rows_shown`` rows and a count of the rest."""
         out = QueryResult()
-        self.dirty = True
+        self._note(sql)
         with watchdog.deadline(self.con, limits.timeout_s) as token:
             try:
                 cur = self.con.execute(sql)
@@ -351,7 +351,7 @@ class EpisodeConnection:
     def frame(self, sql: str, limits: SqlLimits, watchdog: Watchdog) -> bytes:
         """Run an admitted query into a pickled DataFrame of at most ``max_frame_rows`` rows and
         ``max_frame_bytes`` bytes; raises :class:`QueryError`."""
-        self.dirty = True
+        self._note(sql)
         with watchdog.deadline(self.con, limits.timeout_s) as token:
             try:
                 cur = self.con.execute(sql)
@@ -367,6 +367,13 @@ class EpisodeConnection:
             raise QueryError(f"the result takes more than {limits.max_frame_bytes >> 20} MB; select fewer or shorter "
                              f"columns, aggregate or filter in SQL", "memory")
         return data
+
+    def _note(self, sql: str) -> None:
+        """Mark the catalog for restoring when ``sql`` may add to it. An admitted query is one SELECT
+        (no CREATE, SET, macro or temp table: the gate refuses them and the settings are locked);
+        the one catalog write left is the enum type DuckDB creates for a ``PIVOT`` (or UNPIVOT)."""
+        if "pivot" in sql.lower():
+            self.dirty = True
 
     def raw(self, sql: str) -> list[tuple[Any, ...]]:
         """Run kit SQL without the gate (benchmarks and tests only; never agent text)."""

@@ -50,6 +50,7 @@ class EnvConfig:
     python: bool = True                      # offer the python tool
     python_limits: Any = None                # ehrgym.env.pyworker.PythonLimits (None: its defaults)
     python_warm: int = 1                     # pre-forked workers kept by the env's own worker pool
+    python_unsafe: bool = False              # run the python tool without OS isolation (labelled unsafe)
     scoring: str = "strict"                  # reward on abstentions: strict (reason must match) | lenient
     schema_summary: bool = True              # show the compact schema in the first observation
     gate_check: str = "tokens"               # the SQL gate's DuckDB layer: tokens (lexer) | ast (full parse)
@@ -392,7 +393,8 @@ class EhrEnv:
             from ehrgym.env.pyworker import PythonLimits, PythonWorkerPool
 
             limits = self.config.python_limits if self.config.python_limits is not None else PythonLimits()
-            self._python_pool = PythonWorkerPool(limits, warm=self.config.python_warm)
+            self._python_pool = PythonWorkerPool(limits, warm=self.config.python_warm,
+                                                 allow_unisolated=self.config.python_unsafe)
         self._worker = self._python_pool.acquire()
         return self._worker
 
