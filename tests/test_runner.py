@@ -253,3 +253,49 @@ def test_select_tasks_and_trajectory_serialisation(tasks: list[Any], bench: Path
         env.step(SqlAction("SELECT 1 AS one"), usage={"prompt_tokens": 3})
         env.abort()
         assert trajectory_dict(env.trajectory) == env.trajectory.to_dict()
+
+
+def test_a_hostile_agent_costs_one_episode_never_the_run(bench: Path, synth_db: Path, tasks: list[Any],
+                                                         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The nested-parentheses query (a RecursionError in the parser) once crashed `ehrgym eval run` with
+    0 episodes written; now it is an observation, and an environment error is recorded, not raised."""
+    from ehrgym.agents.base import Agent, Concurrency
+    from ehrgym.agents.registry import register_agent
+    from ehrgym.env.actions import AnswerAction, SqlAction
+
+    nested = "SELECT " + "(" * 600 + "1" + ")" * 600
+
+    @register_agent("test-nested-parens")
+    class NestedParens(Agent):
+        """Sends the nested-parentheses query, a bytes query, then abstains."""
+
+        concurrency = Concurrency.THREAD
+
+        def reset(self, observation: Any, briefing: Any) -> None:
+            super().reset(observation, briefing)
+            self.plan = [SqlAction(nested), SqlAction(b"SELECT 1"),  # type: ignore[arg-type]
+                         AnswerAction(abstain="insufficient_evidence")]
+
+        def act(self, observation: Any) -> Any:
+            return self.plan.pop(0)
+
+    two = [t.task_id for t in tasks[:2]]
+    s = run_evaluation(bench, synth_db, "test-nested-parens", tmp_path / "nested", k=1, tasks=two,
+                       progress=False, env_config={"python": False})
+    recs = EpisodeStore(tmp_path / "nested").records()
+    assert s.ran == 2 and s.terminations == {"abstained": 2}
+    first = recs[0].trajectory["steps"]
+    assert "nested too deeply" in first[0]["observation"] and first[1]["observation"].startswith("1")
+
+    import ehrgym.env.episode as episode
+
+    def broken(*_: Any, **__: Any) -> Any:
+        raise RuntimeError("environment bug")
+
+    monkeypatch.setattr(episode, "_jsonable", broken)  # step() itself fails after running the tool
+    s = run_evaluation(bench, synth_db, "test-nested-parens", tmp_path / "broken", k=1, tasks=two,
+                       progress=False, env_config={"python": False})
+    recs = EpisodeStore(tmp_path / "broken").records()
+    assert s.ran == 2 and len(recs) == 2
+    assert all("environment error" in (r.error or "") and "environment bug" in (r.error or "") for r in recs)
+    assert {r.termination for r in recs} == {"agent_error"}

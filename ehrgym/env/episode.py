@@ -337,8 +337,6 @@ class EhrEnv:
         """Run a tool; an exception (an environment bug an agent's input provoked) becomes an observation."""
         try:
             return ACTION_HANDLERS[type(action)](self, action)
-        except EnvironmentStateError:
-            raise
         except Exception as exc:  # noqa: BLE001 - nothing an agent sends may stop the episode or the run
             tool = getattr(action, "tool", "invalid")
             msg = (f"The environment could not run this {tool} call ({type(exc).__name__}: "

@@ -167,8 +167,11 @@ class EpisodeWorker:
             except Exception as exc:  # noqa: BLE001 - step() turns agent input into observations; anything
                 # left is an environment bug this episode provoked: record it, keep the run going
                 error = f"environment error on step {steps + 1}: {type(exc).__name__}: {str(exc)[:500]}"
-                if not env.done:
-                    env.abort("agent_error")
+                try:
+                    if not env.done:
+                        env.abort("agent_error")
+                except Exception as again:  # noqa: BLE001 - scoring itself fails: retried, then an infra error
+                    raise InfrastructureError(f"{error}; ending the episode failed too: {again}") from exc
                 break
             steps += 1
             observation = result.observation
