@@ -58,7 +58,7 @@ class ConnectionSettings:
     """
 
     threads: int = 1
-    memory_limit: str = "512MB"          # DuckDB's buffer pool (sorts, joins, aggregates)
+    memory_limit: str = "1GB"            # DuckDB's buffer pool (sorts, joins, aggregates)
     temp_mb: int = 0                     # 0: never spill to disk; >0: a private scratch dir capped at this
     max_expression_depth: int = 250      # parser nesting limit (DuckDB's default is 1000)
     isolation: str = "process"
