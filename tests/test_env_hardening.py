@@ -223,7 +223,8 @@ def test_step_after_close_is_a_clear_state_error(tiny_db: Path) -> None:
 
 def test_bytes_queries_are_decoded_or_refused_with_the_reason(env: EhrEnv) -> None:
     env.reset(last_creat_task())
-    assert env.step(SqlAction(b"SELECT count(*) AS n FROM patients")).observation.rows == [(3,)]  # type: ignore[arg-type]
+    query = b"SELECT count(*) AS n FROM patients"
+    assert env.step(SqlAction(query)).observation.rows == [(3,)]  # type: ignore[arg-type]
     r = env.step(SqlAction(b"SELECT '\xff'"))  # type: ignore[arg-type]
     assert r.info["tool"] == "invalid" and "not UTF-8" in r.observation.text
     assert "empty" not in r.observation.text

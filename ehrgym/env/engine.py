@@ -390,22 +390,25 @@ class EpisodeConnection:
 
 
 def _cap_preview(rows: list[tuple[Any, ...]], limits: SqlLimits) -> list[tuple[Any, ...]]:
-    """Cut long text cells of the shown rows (they are shown cut to max_cell_chars anyway) so a preview
-    of huge values never travels or stays whole."""
-    budget = max(limits.max_cell_chars * 4, limits.max_preview_bytes // max(1, len(rows) or 1))
+    """Cut long cells of the shown rows (they are shown cut to max_cell_chars anyway) so that a preview
+    of huge values never travels or stays whole: at most ``max_preview_bytes`` characters in all.
+    A list, map or struct value longer than its share is replaced by its text, cut."""
+    cells = sum(len(r) for r in rows)
+    budget = max(limits.max_cell_chars * 4, limits.max_preview_bytes // max(1, cells))
     out = []
     for row in rows:
-        if any(isinstance(v, (str, bytes, list, dict)) for v in row):
+        if any(isinstance(v, (str, bytes, list, dict, tuple)) for v in row):
             row = tuple(_cap_value(v, budget) for v in row)
         out.append(row)
     return out
 
 
 def _cap_value(value: Any, budget: int) -> Any:
-    if isinstance(value, (str, bytes)) and len(value) > budget:
-        return value[:budget]
-    if isinstance(value, list) and len(value) > budget:
-        return value[:budget]
+    if isinstance(value, (str, bytes)):
+        return value[:budget] if len(value) > budget else value
+    if isinstance(value, (list, dict, tuple)):
+        text = str(value)
+        return text[:budget] if len(text) > budget else value
     return value
 
 

@@ -127,7 +127,8 @@ _KILL_NOTES: dict[str, str] = {
 def kill_message(reason: str, limits: PythonLimits) -> str:
     """The agent-facing sentence for a kill ``reason`` (one of :data:`KILL_REASONS`)."""
     note = _KILL_NOTES[reason].format(**asdict(limits))
-    return f"{note}; the Python worker was stopped and its variables are lost (the next python call starts a fresh one)."
+    return (f"{note}; the Python worker was stopped and its variables are lost "
+            f"(the next python call starts a fresh one).")
 
 
 #: the kernel layers that confine file access (at least one must be in force unless the user opts out)

@@ -43,6 +43,7 @@ _START_TIMEOUT_S = 60.0
 _CONTROL_TIMEOUT_S = 60.0
 _POLL_S = 0.01
 _PAGE = os.sysconf("SC_PAGE_SIZE")
+_MAX_PREVIEW_REPLY = 64 << 20
 
 
 class IsolatedConnection:
@@ -299,6 +300,9 @@ def serve(fd: int) -> None:
             data = pickle.dumps(reply, protocol=5)
         except Exception as exc:  # noqa: BLE001 - e.g. an exotic value in a result
             data = pickle.dumps(("error", QueryError(f"the result cannot be sent back ({type(exc).__name__})")))
+        if op == "run" and len(data) > _MAX_PREVIEW_REPLY:  # previews are cut to max_preview_bytes; a backstop
+            data = pickle.dumps(("ok", QueryResult(error="the rows to show are too large; select fewer or shorter "
+                                                         "columns", error_kind="memory")))
         chan.send_bytes(data)
     conn.close()
 
