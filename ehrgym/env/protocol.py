@@ -181,7 +181,7 @@ _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.S)
 _SQL_START = re.compile(r"^\s*(?:select|with|from|show|describe|desc|summarize|values|pivot|\()\b", re.I)
 
 
-_CALL = re.compile(r"(?im)(?:^|(?<=[\s*_#>`]))(answer|abstain|sql|python)\s*\(")
+_CALL = re.compile(r"(?im)^[ \t*_#>`]*(answer|abstain|sql|python)\s*\(")
 _CALL_WINDOW = 20_000     # characters a call may span
 _CALL_TRIES = 128         # closing parentheses tried as the call's end
 
@@ -260,8 +260,8 @@ def action_from_mapping(data: dict[str, Any]) -> Action | None:
     return None
 
 
-def _json_objects(text: str) -> list[tuple[int, dict[str, Any]]]:
-    """Top-level JSON objects embedded in ``text`` with their start offsets."""
+def _json_objects(text: str, spans: list[tuple[int, int]] | None = None) -> list[tuple[int, dict[str, Any]]]:
+    """Top-level JSON objects embedded in ``text`` with their start offsets (their spans go to ``spans``)."""
     found = []
     decoder = json.JSONDecoder()
     i = text.find("{")
@@ -273,6 +273,8 @@ def _json_objects(text: str) -> list[tuple[int, dict[str, Any]]]:
             continue
         if isinstance(obj, dict):
             found.append((i, obj))
+            if spans is not None:
+                spans.append((i, end))
         i = text.find("{", end)
     return found
 
@@ -285,7 +287,8 @@ def parse_action(text: str) -> Action:
     if not isinstance(text, str) or not text.strip():
         raise ActionParseError(_expected_formats("the message is empty"))
     candidates: list[tuple[int, Action]] = []
-    for pos, obj in _json_objects(text):
+    json_spans: list[tuple[int, int]] = []
+    for pos, obj in _json_objects(text, json_spans):
         action = action_from_mapping(obj)
         if action is not None:
             candidates.append((pos, action))
@@ -297,13 +300,20 @@ def parse_action(text: str) -> Action:
             candidates.append((m.start(), SqlAction(body)))
         elif lang in ("python", "py", "python3"):
             candidates.append((m.start(), PythonAction(body)))
+    # code after SQL:/PYTHON: (up to an ANSWER/ABSTAIN line) may call sql(...) itself: not a tool call
+    code_spans = []
+    for m in _MARKER.finditer(text):
+        if m.group(1).lower() in ("sql", "python"):
+            stop = re.search(r"(?im)^\s*(?:answer|abstain|final\s+answer)\s*:", text[m.end():])
+            code_spans.append((m.start(), m.end() + stop.start() if stop else len(text)))
     for m in _CALL.finditer(text):
-        if any(a <= m.start() < b for a, b in fenced_spans):
+        at = m.start(1)
+        if any(a <= at < b for a, b in fenced_spans + json_spans + code_spans):
             continue
-        call = _literal_call(text, m.start(1))
+        call = _literal_call(text, at)
         action = action_from_call(*call) if call is not None else None
         if action is not None:
-            candidates.append((m.start(), action))
+            candidates.append((at, action))
     for m in _MARKER.finditer(text):
         if any(a <= m.start() < b for a, b in fenced_spans):
             continue

@@ -77,6 +77,9 @@ class IsolatedConnection:
 
         kit_root = str(Path(ehrgym.__file__).resolve().parents[1])
         env["PYTHONPATH"] = os.pathsep.join([kit_root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        old = getattr(self, "_stderr", None)
+        if old is not None:
+            old.close()
         self._stderr = tempfile.TemporaryFile()
         try:
             self._proc = subprocess.Popen(
