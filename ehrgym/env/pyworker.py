@@ -37,6 +37,11 @@ its own per worker, no capabilities), ``rlimits``, ``audit_hook`` (always; the f
 sockets, process creation, ctypes calls, importing DuckDB/sqlite3/…, rlimit changes, signals
 to other processes). The worker also starts with a clean environment and no inherited
 descriptors besides its own channel.
+
+The pool fails closed: unless ``mount_ns`` or ``landlock`` is in force it raises
+:class:`SandboxUnavailable` naming what is missing, because the audit hook alone can be got
+around (C++ file readers, monkeypatched path functions); ``allow_unisolated=True`` is the
+explicit, labelled unsafe mode.
 """
 
 from __future__ import annotations
