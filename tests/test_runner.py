@@ -299,3 +299,32 @@ def test_a_hostile_agent_costs_one_episode_never_the_run(bench: Path, synth_db: 
     assert s.ran == 2 and len(recs) == 2
     assert all("environment error" in (r.error or "") and "environment bug" in (r.error or "") for r in recs)
     assert {r.termination for r in recs} == {"agent_error"}
+
+
+def test_an_unsafe_python_sandbox_is_labelled_in_run_json_and_every_record(
+        bench: Path, synth_db: Path, tasks: list[Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a host without OS isolation a run refuses to start unless the unsafe mode is chosen; then
+    run.json and every record say so."""
+    import ehrgym.env.pyworker as pw
+    import ehrgym.eval.runner as runner
+
+    original = pw.PythonWorkerPool.__init__
+
+    def no_isolation(self: Any, *args: Any, **kwargs: Any) -> None:
+        kwargs["os_isolation"] = False   # as on a host without namespaces or Landlock
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(pw.PythonWorkerPool, "__init__", no_isolation)
+    monkeypatch.setattr(runner, "_SANDBOX_CACHE", {})
+    one = [tasks[0].task_id]
+    with pytest.raises(pw.SandboxUnavailable, match="refuses to start"):
+        run_evaluation(bench, synth_db, "oracle", tmp_path / "refused", k=1, tasks=one, progress=False)
+    assert not (tmp_path / "refused" / "episodes.jsonl").exists()
+    run_evaluation(bench, synth_db, "oracle", tmp_path / "unsafe", k=2, tasks=one, progress=False,
+                   env_config={"python_unsafe": True})
+    assert read_run_config(tmp_path / "unsafe")["python_sandbox"]["label"] == pw.UNSAFE_LABEL
+    recs = EpisodeStore(tmp_path / "unsafe").records()
+    assert len(recs) == 2 and all(r.trajectory["python_sandbox"] == pw.UNSAFE_LABEL for r in recs)
+    run_evaluation(bench, synth_db, "oracle", tmp_path / "off", k=1, tasks=one, progress=False,
+                   env_config={"python": False})
+    assert read_run_config(tmp_path / "off")["python_sandbox"] is None
