@@ -132,6 +132,7 @@ class EhrEnv:
         self._own_python_pool = python_pool is None
         self._python_pool = python_pool
         self._worker: Any = None
+        self._python_refusal: str | None = None
         self.task: Task | None = None
         self.trajectory: Trajectory | None = None
         self.verdict: Verdict | None = None
@@ -388,11 +389,17 @@ class EhrEnv:
             return self._worker
         self._worker = None
         if self._python_pool is None:
-            from ehrgym.env.pyworker import PythonLimits, PythonWorkerPool
+            from ehrgym.env.pyworker import PythonLimits, PythonWorkerPool, SandboxUnavailable
 
+            if self._python_refusal is not None:  # the host has no sandbox: say so again, without retrying
+                raise SandboxUnavailable(self._python_refusal)
             limits = self.config.python_limits if self.config.python_limits is not None else PythonLimits()
-            self._python_pool = PythonWorkerPool(limits, warm=self.config.python_warm,
-                                                 allow_unisolated=self.config.python_unsafe)
+            try:
+                self._python_pool = PythonWorkerPool(limits, warm=self.config.python_warm,
+                                                     allow_unisolated=self.config.python_unsafe)
+            except SandboxUnavailable as exc:
+                self._python_refusal = str(exc)
+                raise
         self._worker = self._python_pool.acquire()
         return self._worker
 

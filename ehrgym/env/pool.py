@@ -95,8 +95,8 @@ class ConnectionPool:
         return conn if conn is not None else make_connection(self.db_path, self.settings)
 
     def release(self, conn: AnyConnection) -> None:
-        if self._closed or not conn.healthy:
-            conn.close()
+        if self._closed or not conn.healthy or not getattr(conn, "alive", True):
+            conn.close()   # a query process that was killed is not restarted just to be pooled
             return
         try:
             conn.apply(Overlay())   # also drops what the episode's queries left in the catalog

@@ -224,6 +224,11 @@ class IsolatedConnection:
         return "crashed", "the query crashed the database process and was stopped; try a simpler query"
 
     @property
+    def alive(self) -> bool:
+        """False after a kill until the next request starts a fresh query process."""
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
