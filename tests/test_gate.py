@@ -166,6 +166,17 @@ def env(tiny_db: Path):
         yield e
 
 
+@pytest.fixture(scope="module")
+def raw_con(tiny_db: Path):
+    """The DuckDB connection an episode runs on (built in process here; the default env runs the same
+    one in a child process), for checks that bypass the gate."""
+    from ehrgym.env.engine import ConnectionSettings, EpisodeConnection
+
+    conn = EpisodeConnection(tiny_db, ConnectionSettings(isolation="inprocess"))
+    yield conn.con
+    conn.close()
+
+
 def test_red_team_suite_is_large_enough() -> None:
     assert len(ATTACKS) >= 40
     assert len(set(ATTACKS)) == len(ATTACKS)
@@ -210,14 +221,13 @@ def test_information_schema_shows_only_the_exposed_tables(env: EhrEnv) -> None:
 def test_describe_matches_the_episode_view(env: EhrEnv) -> None:
     env.reset(last_creat_task())
     described = env.step("DESCRIBE labevents").observation.rows
-    cur = env.conn.con.execute("DESCRIBE mimiciv_hosp.labevents")
-    actual = [(r[0], r[1]) for r in cur.fetchall()]
+    actual = [(r[0], r[1]) for r in env.conn.raw("DESCRIBE mimiciv_hosp.labevents")]
     assert [(r[0], r[1]) for r in described] == actual
 
 
-def test_defence_in_depth_on_the_episode_connection(env: EhrEnv, tiny_db: Path) -> None:
+def test_defence_in_depth_on_the_episode_connection(raw_con: duckdb.DuckDBPyConnection, tiny_db: Path) -> None:
     """Even a query that skipped the gate could not reach files or change settings."""
-    con = env.conn.con
+    con = raw_con
     other = tiny_db.parent / "benchmark_answers.jsonl"
     other.write_text(SECRET)
     with pytest.raises(duckdb.Error, match="(?i)disabled|permission"):
@@ -308,11 +318,12 @@ def test_duckdb_lexer_layer_alone_refuses_every_attack(query: str) -> None:
         SqlGate().check_with_duckdb_tokens(query)
 
 
-def test_what_the_lexer_layer_lets_through_fails_on_a_raw_episode_connection(env: EhrEnv) -> None:
+def test_what_the_lexer_layer_lets_through_fails_on_a_raw_episode_connection(
+        raw_con: duckdb.DuckDBPyConnection) -> None:
     assert all(q in ATTACKS for q in LEXER_ALONE_HARMLESS)
     for query in LEXER_ALONE_HARMLESS:
         with pytest.raises(duckdb.Error):
-            env.conn.con.execute(query).fetchall()
+            raw_con.execute(query).fetchall()
 
 
 def test_a_different_reading_by_the_two_lexers_is_refused() -> None:
@@ -364,12 +375,12 @@ def test_lexer_layer_explains_its_refusals(query: str, why: str) -> None:
         SqlGate().check_with_duckdb_tokens(query)
 
 
-def test_episode_connections_do_not_scan_python_objects(env: EhrEnv) -> None:
+def test_episode_connections_do_not_scan_python_objects(raw_con: duckdb.DuckDBPyConnection) -> None:
     import pandas as pd
 
     leaked_frame = pd.DataFrame({"secret": [SECRET]})  # noqa: F841  (a name DuckDB could resolve)
     with pytest.raises(duckdb.Error):
-        env.conn.con.execute("SELECT * FROM leaked_frame").fetchall()
+        raw_con.execute("SELECT * FROM leaked_frame").fetchall()
 
 
 def test_shape_cache_admits_the_same_query_with_other_literals_without_reparsing(

@@ -145,3 +145,35 @@ def test_any_number_answer_verifies(value: float) -> None:
                 Expected("answer", AnswerSpec("number"), value=value), None, "test")
     action = parse_action(f"The result is in.\nANSWER: {value!r}")
     assert verify(task, action).reward == 1.0
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("answer(2)", AnswerAction(2)),
+    ("answer(value='3.5 mg/dL')", AnswerAction("3.5 mg/dL")),
+    ("Checked.\n**answer([1, 2])**", AnswerAction([1, 2])),
+    ("answer(abstain='insufficient evidence', explanation='no rows')",
+     AnswerAction(None, "insufficient_evidence", "no rows")),
+    ("abstain('false_premise', 'no such stay')", AnswerAction(None, "false_premise", "no such stay")),
+    ('sql("SELECT count(*) FROM x WHERE a IN (1, 2)")', SqlAction("SELECT count(*) FROM x WHERE a IN (1, 2)")),
+    ("python(code='print(1)')", PythonAction("print(1)")),
+])
+def test_tool_calls_written_as_the_tool_help_shows_them(text: str, expected: object) -> None:
+    assert parse_action(text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    'PYTHON: x = sql("SELECT 1")\nprint(x)',
+    'PYTHON:\ndf = sql("SELECT 1")\nsql("SELECT 2")',
+    '```python\nsql("SELECT 1")\n```',
+    '{"tool": "python", "code": "sql(\\"SELECT 1\\")"}',
+])
+def test_python_code_calling_sql_stays_python(text: str) -> None:
+    assert isinstance(parse_action(text), PythonAction)
+
+
+def test_calls_that_are_not_literal_are_not_actions() -> None:
+    assert parse_action("The answer (roughly) is ANSWER: 7") == AnswerAction("7")
+    with pytest.raises(ActionParseError):
+        parse_action("answer(x + 1)")
+    with pytest.raises(ActionParseError):
+        parse_action("answer(" + "(" * 600 + "1" + ")" * 600 + ")")

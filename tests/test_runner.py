@@ -255,3 +255,78 @@ def test_select_tasks_and_trajectory_serialisation(tasks: list[Any], bench: Path
         env.step(SqlAction("SELECT 1 AS one"), usage={"prompt_tokens": 3})
         env.abort()
         assert trajectory_dict(env.trajectory) == env.trajectory.to_dict()
+
+
+def test_a_hostile_agent_costs_one_episode_never_the_run(bench: Path, synth_db: Path, tasks: list[Any],
+                                                         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The nested-parentheses query (a RecursionError in the parser) once crashed `ehrgym eval run` with
+    0 episodes written; now it is an observation, and an environment error is recorded, not raised."""
+    from ehrgym.agents.base import Agent, Concurrency
+    from ehrgym.agents.registry import register_agent
+    from ehrgym.env.actions import AnswerAction, SqlAction
+
+    nested = "SELECT " + "(" * 600 + "1" + ")" * 600
+
+    @register_agent("test-nested-parens")
+    class NestedParens(Agent):
+        """Sends the nested-parentheses query, a bytes query, then abstains."""
+
+        concurrency = Concurrency.THREAD
+
+        def reset(self, observation: Any, briefing: Any) -> None:
+            super().reset(observation, briefing)
+            self.plan = [SqlAction(nested), SqlAction(b"SELECT 1"),  # type: ignore[arg-type]
+                         AnswerAction(abstain="insufficient_evidence")]
+
+        def act(self, observation: Any) -> Any:
+            return self.plan.pop(0)
+
+    two = [t.task_id for t in tasks[:2]]
+    s = run_evaluation(bench, synth_db, "test-nested-parens", tmp_path / "nested", k=1, tasks=two,
+                       progress=False, env_config={"python": False})
+    recs = EpisodeStore(tmp_path / "nested").records()
+    assert s.ran == 2 and s.terminations == {"abstained": 2}
+    first = recs[0].trajectory["steps"]
+    assert "nested too deeply" in first[0]["observation"] and first[1]["observation"].startswith("1")
+
+    import ehrgym.env.episode as episode
+
+    def broken(*_: Any, **__: Any) -> Any:
+        raise RuntimeError("environment bug")
+
+    monkeypatch.setattr(episode, "_jsonable", broken)  # step() itself fails after running the tool
+    s = run_evaluation(bench, synth_db, "test-nested-parens", tmp_path / "broken", k=1, tasks=two,
+                       progress=False, env_config={"python": False})
+    recs = EpisodeStore(tmp_path / "broken").records()
+    assert s.ran == 2 and len(recs) == 2
+    assert all("environment error" in (r.error or "") and "environment bug" in (r.error or "") for r in recs)
+    assert {r.termination for r in recs} == {"agent_error"}
+
+
+def test_an_unsafe_python_sandbox_is_labelled_in_run_json_and_every_record(
+        bench: Path, synth_db: Path, tasks: list[Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a host without OS isolation a run refuses to start unless the unsafe mode is chosen; then
+    run.json and every record say so."""
+    import ehrgym.env.pyworker as pw
+    import ehrgym.eval.runner as runner
+
+    original = pw.PythonWorkerPool.__init__
+
+    def no_isolation(self: Any, *args: Any, **kwargs: Any) -> None:
+        kwargs["os_isolation"] = False   # as on a host without namespaces or Landlock
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(pw.PythonWorkerPool, "__init__", no_isolation)
+    monkeypatch.setattr(runner, "_SANDBOX_CACHE", {})
+    one = [tasks[0].task_id]
+    with pytest.raises(pw.SandboxUnavailable, match="refuses to start"):
+        run_evaluation(bench, synth_db, "oracle", tmp_path / "refused", k=1, tasks=one, progress=False)
+    assert not (tmp_path / "refused" / "episodes.jsonl").exists()
+    run_evaluation(bench, synth_db, "oracle", tmp_path / "unsafe", k=2, tasks=one, progress=False,
+                   env_config={"python_unsafe": True})
+    assert read_run_config(tmp_path / "unsafe")["python_sandbox"]["label"] == pw.UNSAFE_LABEL
+    recs = EpisodeStore(tmp_path / "unsafe").records()
+    assert len(recs) == 2 and all(r.trajectory["python_sandbox"] == pw.UNSAFE_LABEL for r in recs)
+    run_evaluation(bench, synth_db, "oracle", tmp_path / "off", k=1, tasks=one, progress=False,
+                   env_config={"python": False})
+    assert read_run_config(tmp_path / "off")["python_sandbox"] is None

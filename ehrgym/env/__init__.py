@@ -2,7 +2,10 @@
 
 - :mod:`ehrgym.env.episode` — ``EhrEnv(db_path, EnvConfig())``: ``reset(task)``, ``step(action)``.
 - :mod:`ehrgym.env.gate` — ``SqlGate``: the read-only allow-list (sqlglot + DuckDB's own parser).
-- :mod:`ehrgym.env.pool` — warm episode connections (``ConnectionPool``) and the query watchdog.
+- :mod:`ehrgym.env.pool` — warm episode connections (``ConnectionPool``).
+- :mod:`ehrgym.env.engine` — one episode connection: hardened settings, query execution with row and
+  byte caps, the query watchdog, catalog restore; :mod:`ehrgym.env.sqlserver` — the same connection
+  in a child process that is killed above its memory cap or past its time limit (the default).
 - :mod:`ehrgym.env.sqltool` — one query: limits, row cap, previews, agent-readable errors.
 - :mod:`ehrgym.env.pyworker` — the isolated per-episode Python worker.
 - :mod:`ehrgym.env.protocol` — answer protocol text and parsers; :mod:`ehrgym.env.tools` — tool schemas.

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any, Union
+
+from ehrgym.vocab import ABSTAIN_REASONS
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,45 @@ class AnswerAction:
 
 
 Action = Union[SqlAction, PythonAction, AnswerAction]
+
+
+def _text(value: Any, what: str) -> tuple[str | None, str | None]:
+    """``value`` as text: bytes are decoded as UTF-8; anything else is refused with a message."""
+    if isinstance(value, str):
+        return value, None
+    if isinstance(value, (bytes, bytearray)):
+        try:
+            return bytes(value).decode("utf-8"), None
+        except UnicodeDecodeError:
+            return None, f"the {what} is bytes that are not UTF-8 text; send it as a str"
+    return None, f"the {what} must be text (a str), got {type(value).__name__}"
+
+
+def check_action(action: Action) -> tuple[Action | None, str | None]:
+    """``(action, None)`` when ``action`` is well formed (bytes decoded to text), else ``(None, message)``.
+
+    An abstention must name one of :data:`ehrgym.vocab.ABSTAIN_REASONS`."""
+    if isinstance(action, SqlAction):
+        query, problem = _text(action.query, "SQL query")
+        if problem:
+            return None, f"Could not run the sql call: {problem}."
+        return (action if query is action.query else replace(action, query=query)), None
+    if isinstance(action, PythonAction):
+        code, problem = _text(action.code, "Python code")
+        if problem:
+            return None, f"Could not run the python call: {problem}."
+        return (action if code is action.code else replace(action, code=code)), None
+    if isinstance(action, AnswerAction):
+        if action.abstain is not None and (not isinstance(action.abstain, str)
+                                           or action.abstain not in ABSTAIN_REASONS):
+            shown = repr(action.abstain)[:80]
+            return None, (f"Could not record the abstention: its reason {shown} is not one of "
+                          f"{', '.join(ABSTAIN_REASONS)}. Abstain again with one of these reason codes "
+                          f"(or answer with a value).")
+        if not isinstance(action.explanation, str):
+            return None, "Could not record the answer: explanation must be text (a str)."
+        return action, None
+    return None, f"Could not read an action of type {type(action).__name__}; use sql, python or answer."
 
 
 def action_to_dict(action: Action) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 from ehrgym.bench.task import Task
 from ehrgym.db.schema import EXPOSED_SCHEMAS, mimic_schema
-from ehrgym.env.actions import Action, AnswerAction, PythonAction, SqlAction, action_to_dict
+from ehrgym.env.actions import Action, AnswerAction, PythonAction, SqlAction, action_to_dict, check_action
 from ehrgym.env.gate import SqlGate
 from ehrgym.env.pool import ConnectionPool, ConnectionSettings
 from ehrgym.env.protocol import ActionParseError, parse_action, protocol_text
@@ -36,7 +36,7 @@ from ehrgym.env.sqltool import SqlLimits, format_outcome, query_frame, run_query
 from ehrgym.env.tools import tool_descriptions
 from ehrgym.env.trajectory import Trajectory, TrajectoryStep
 from ehrgym.env.verifier import Verdict, verify
-from ehrgym.errors import BenchmarkError, DatabaseError, EnvironmentStateError
+from ehrgym.errors import BenchmarkError, DatabaseError, EnvironmentStateError, InfrastructureError
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,7 @@ class EnvConfig:
     python: bool = True                      # offer the python tool
     python_limits: Any = None                # ehrgym.env.pyworker.PythonLimits (None: its defaults)
     python_warm: int = 1                     # pre-forked workers kept by the env's own worker pool
+    python_unsafe: bool = False              # run the python tool without OS isolation (labelled unsafe)
     scoring: str = "strict"                  # reward on abstentions: strict (reason must match) | lenient
     schema_summary: bool = True              # show the compact schema in the first observation
     gate_check: str = "tokens"               # the SQL gate's DuckDB layer: tokens (lexer) | ast (full parse)
@@ -131,6 +132,7 @@ class EhrEnv:
         self._own_python_pool = python_pool is None
         self._python_pool = python_pool
         self._worker: Any = None
+        self._python_refusal: str | None = None
         self.task: Task | None = None
         self.trajectory: Trajectory | None = None
         self.verdict: Verdict | None = None
@@ -189,8 +191,13 @@ class EhrEnv:
         if isinstance(task, str):
             task = self._task_by_id(task)
         self._drop_worker()
+        if not self.conn.healthy:  # a query broke it, or its catalog could not be restored
+            self.pool.release(self.conn)
+            self.conn = self.pool.acquire()
         try:
-            self.conn.apply(task.overlay)
+            self.conn.apply(task.overlay)      # restores the catalog first if a query ran
+            if not self.conn.healthy:
+                raise EnvironmentStateError("the episode connection could not be restored")
         except Exception:
             # a half-applied overlay must not leak into the next episode: replace the connection
             self.task, self.trajectory, self.done = None, None, True
@@ -214,6 +221,8 @@ class EhrEnv:
 
     def step(self, action: Action | str | dict[str, Any], usage: dict[str, Any] | None = None) -> StepResult:
         """Run one action; ``usage`` (tokens, latency) is recorded in the trajectory when given."""
+        if self._closed:
+            raise EnvironmentStateError("this environment is closed; create a new EhrEnv (step() after close())")
         if self.task is None or self.trajectory is None:
             raise EnvironmentStateError("call reset(task) before step()")
         if self.done:
@@ -224,10 +233,9 @@ class EhrEnv:
         if parsed is None:
             obs = Observation(text=str(parse_error), kind="invalid", error=str(parse_error))
             info: dict[str, Any] = {"tool": "invalid", "error": str(parse_error)}
-            action_record = {"tool": "invalid", "text": action if isinstance(action, str) else repr(action)}
+            action_record = {"tool": "invalid", "text": action if isinstance(action, str) else _short_repr(action)}
         else:
-            handler = ACTION_HANDLERS[type(parsed)]
-            obs, info = handler(self, parsed)
+            obs, info = self._run_handler(parsed)
             action_record = action_to_dict(parsed)
         reward = 0.0
         if isinstance(parsed, AnswerAction):
@@ -298,20 +306,49 @@ class EhrEnv:
         """Gate and run ``query``, returning a DataFrame; raises RuntimeError with the message."""
         return query_frame(self.gate, self.conn, self.pool.watchdog, query, self.config.sql)
 
-    # -- internals ----------------------------------------------------------------------------
-    def _coerce(self, action: Action | str | dict[str, Any]) -> tuple[Action | None, str | None]:
-        if isinstance(action, (SqlAction, PythonAction, AnswerAction)):
-            return action, None
-        if isinstance(action, dict):
-            from ehrgym.env.protocol import action_from_mapping
+    def _sql_frame_pickled(self, query: str) -> bytes:
+        return query_frame(self.gate, self.conn, self.pool.watchdog, query, self.config.sql, pickled=True)
 
-            parsed = action_from_mapping(action)
-            return (parsed, None) if parsed is not None else (None, "Could not read the action mapping "
-                                                                    f"{action!r}; use tool sql/python/answer.")
+    # -- internals ----------------------------------------------------------------------------
+    def _coerce(self, action: Any) -> tuple[Action | None, str | None]:
+        """The action to run, or None and the message that tells the agent what to send instead.
+        Never raises: whatever the agent produced becomes an action or an ``invalid`` observation."""
         try:
-            return parse_action(str(action)), None
+            if isinstance(action, (SqlAction, PythonAction, AnswerAction)):
+                return check_action(action)
+            if isinstance(action, dict):
+                from ehrgym.env.protocol import action_from_mapping
+
+                parsed = action_from_mapping(action)
+                if parsed is None:
+                    return None, (f"Could not read the action mapping {_short_repr(action)}; use tool "
+                                  f"sql/python/answer.")
+                return check_action(parsed)
+            if isinstance(action, (bytes, bytearray)):
+                action = bytes(action).decode("utf-8")
+            if not isinstance(action, str):
+                return None, (f"Could not read an action of type {type(action).__name__}; send text, a mapping "
+                              f"or an SqlAction/PythonAction/AnswerAction.")
+            return check_action(parse_action(action))
         except ActionParseError as exc:
             return None, str(exc)
+        except UnicodeDecodeError:
+            return None, "Could not read the action: its bytes are not UTF-8 text."
+        except (RecursionError, MemoryError, ValueError, TypeError) as exc:
+            return None, f"Could not read the action ({type(exc).__name__}); send a shorter, flatter tool call."
+
+    def _run_handler(self, action: Action) -> tuple[Observation, dict[str, Any]]:
+        """Run a tool; an exception (an environment bug an agent's input provoked) becomes an observation."""
+        try:
+            return ACTION_HANDLERS[type(action)](self, action)
+        except Exception as exc:  # noqa: BLE001 - nothing an agent sends may stop the episode or the run
+            tool = getattr(action, "tool", "invalid")
+            msg = (f"The environment could not run this {tool} call ({type(exc).__name__}: "
+                   f"{str(exc)[:300]}); try a simpler call.")
+            if tool == "sql" and not isinstance(exc, (RecursionError, ValueError, TypeError)):
+                self.conn.healthy = False      # replaced at the next reset()
+            return (Observation(text=msg, kind=tool, error=msg),
+                    {"tool": tool, "error": msg, "error_kind": "internal"})
 
     def _end_without_answer(self, termination: str, obs: Observation, note: str) -> float:
         assert self.task is not None and self.trajectory is not None
@@ -354,10 +391,17 @@ class EhrEnv:
             return self._worker
         self._worker = None
         if self._python_pool is None:
-            from ehrgym.env.pyworker import PythonLimits, PythonWorkerPool
+            from ehrgym.env.pyworker import PythonLimits, PythonWorkerPool, SandboxUnavailable
 
+            if self._python_refusal is not None:  # the host has no sandbox: say so again, without retrying
+                raise SandboxUnavailable(self._python_refusal)
             limits = self.config.python_limits if self.config.python_limits is not None else PythonLimits()
-            self._python_pool = PythonWorkerPool(limits, warm=self.config.python_warm)
+            try:
+                self._python_pool = PythonWorkerPool(limits, warm=self.config.python_warm,
+                                                     allow_unisolated=self.config.python_unsafe)
+            except SandboxUnavailable as exc:
+                self._python_refusal = str(exc)
+                raise
         self._worker = self._python_pool.acquire()
         return self._worker
 
@@ -384,14 +428,14 @@ def _python_step(env: EhrEnv, action: PythonAction) -> tuple[Observation, dict[s
         return Observation(text=msg, kind="python", error=msg), {"tool": "python", "error": msg}
     try:
         worker = env._python_worker()
-    except ImportError as exc:
+    except (ImportError, InfrastructureError) as exc:
         msg = f"The python tool is unavailable ({exc}); use sql or answer."
         return Observation(text=msg, kind="python", error=msg), {"tool": "python", "error": msg}
     sql_calls = {"n": 0}
 
     def sql(query: str) -> Any:
         sql_calls["n"] += 1
-        return env.sql_frame(query)
+        return env._sql_frame_pickled(query)
 
     result = worker.run(action.code, sql)
     parts = []
@@ -401,9 +445,7 @@ def _python_step(env: EhrEnv, action: PythonAction) -> tuple[Observation, dict[s
         parts.append(result.error.rstrip("\n"))
     if result.truncated:
         parts.append("[output truncated]")
-    if result.killed:
-        parts.append(f"[The Python worker was stopped ({result.killed}): it exceeded a limit. Its variables are "
-                     f"lost; the next python call starts a fresh worker.]")
+    if result.killed:  # result.error already holds the one note on why (pyworker.kill_message)
         env._drop_worker()
     text = env._truncate("\n".join(parts) if parts else "(no output)")
     obs = Observation(text=text, kind="python", error=result.error or (result.killed and f"killed: {result.killed}"))
@@ -419,6 +461,14 @@ def _answer_step(env: EhrEnv, action: AnswerAction) -> tuple[Observation, dict[s
     else:
         text = f"Answer recorded ({action.value!r}). The episode is over."
     return Observation(text=text, kind="answer"), {"tool": "answer"}
+
+
+def _short_repr(value: Any, limit: int = 200) -> str:
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a hostile __repr__
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def _jsonable(value: Any) -> Any:

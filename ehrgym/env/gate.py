@@ -338,6 +338,33 @@ class SqlGate:
                 self._shapes.clear()
 
     def _decide(self, query: str, code: "list[DuckToken] | None" = None) -> GateDecision:
+        try:
+            return self._decide_text(query, code)
+        except RecursionError:
+            raise reject("it is nested too deeply to be read; flatten it (fewer nested parentheses or "
+                         "subqueries)") from None
+
+    def syntax_error(self, query: str) -> str | None:
+        """DuckDB's own syntax error for ``query`` with its line and column, or None if DuckDB parses it."""
+        try:
+            tree = json.loads(self._serialize(query))
+        except (duckdb.Error, ValueError, RecursionError):
+            return None
+        if not tree.get("error") or tree.get("error_type") != "parser":
+            return None
+        msg = str(tree.get("error_message", "syntax error")).splitlines()[0]
+        try:
+            pos = int(tree.get("position", -1))
+        except (TypeError, ValueError):
+            pos = -1
+        if 0 <= pos <= len(query.encode("utf-8")):
+            before = query.encode("utf-8")[:pos].decode("utf-8", "replace")
+            line = before.count("\n") + 1
+            col = len(before) - (before.rfind("\n") + 1) + 1
+            msg += f" at line {line}, column {col}"
+        return msg
+
+    def _decide_text(self, query: str, code: "list[DuckToken] | None" = None) -> GateDecision:
         if not isinstance(query, str) or not query.strip():
             raise reject("the query is empty")
         if len(query) > self.max_query_chars:
@@ -349,6 +376,9 @@ class SqlGate:
             statements = [s for s in _DIALECT.parser().parse(tokens, query)
                           if s is not None and not isinstance(s, exp.Semicolon)]
         except (ParseError, TokenError) as exc:
+            syntax = self.syntax_error(query)
+            if syntax is not None:
+                raise reject(syntax) from None
             first = str(exc).splitlines()[0] if str(exc) else "syntax error"
             raise reject(f"it could not be parsed ({first[:300]})") from None
         if len(statements) != 1:
@@ -361,6 +391,9 @@ class SqlGate:
                     handler = fn
                     break
         if handler is None:
+            syntax = self.syntax_error(query)  # a typo (SELEC * FRM x) reads as some other statement
+            if syntax is not None:
+                raise reject(syntax)
             raise reject(f"{_statement_name(stmt)} statements are not allowed (read-only SELECT only)")
         return handler(self, stmt, query, Parsed(tokens, code))
 

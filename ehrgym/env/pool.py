@@ -1,151 +1,40 @@
-"""Warm episode connections: one in-memory DuckDB per live episode over a shared read-only file.
+"""Warm episode connections: one private DuckDB per live episode over a shared read-only file.
 
-Each :class:`EpisodeConnection` is an in-memory DuckDB database with the kit database
-ATTACHed ``READ_ONLY`` as ``base``, the MIMIC-IV views of :class:`~ehrgym.db.overlay.OverlaySession`
-in its own catalog, the MIMIC-IV search path, a static ``ehrgym_info`` copy of the public
-schema, ``threads``/``memory_limit``, no Python replacement scans, no extension autoloading and finally
-``enable_external_access=false`` and ``lock_configuration=true``. Building one costs tens of milliseconds, so a
-:class:`ConnectionPool` keeps ``warm`` of them ready (refilled by a background thread) and
-starting an episode only re-points the views the task's overlay touches.
+Each connection (:class:`~ehrgym.env.engine.EpisodeConnection`, or by default its process-isolated
+form :class:`~ehrgym.env.sqlserver.IsolatedConnection`) is an in-memory DuckDB database with the kit
+database ATTACHed ``READ_ONLY`` as ``base``, the MIMIC-IV views in its own catalog and hardened
+settings (see :mod:`ehrgym.env.engine`). Building one costs tens of milliseconds in process and
+~0.2 s as a child process, so a :class:`ConnectionPool` keeps ``warm`` of them ready (refilled by a
+background thread) and starting an episode only re-points the views the task's overlay touches.
 
-:class:`Watchdog` enforces the per-query time limit: one thread per pool that calls
-``con.interrupt()`` when a query outlives its deadline.
+:class:`~ehrgym.env.engine.Watchdog` enforces the per-query time limit of in-process connections:
+one thread per pool that calls ``con.interrupt()`` when a query outlives its deadline.
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import threading
-import time
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Union
 
-import duckdb
-
-from ehrgym.db.connect import attach_base, read_meta
-from ehrgym.db.overlay import Overlay, OverlaySession
-from ehrgym.db.schema import search_path_sql
-from ehrgym.env.gate import info_schema_sql
+from ehrgym.db.overlay import Overlay
+from ehrgym.env.engine import BASE_ALIAS, ConnectionSettings, EpisodeConnection, Watchdog
+from ehrgym.env.sqlserver import IsolatedConnection
 from ehrgym.errors import DatabaseError
 
-BASE_ALIAS = "base"
+__all__ = ["BASE_ALIAS", "ConnectionPool", "ConnectionSettings", "EpisodeConnection", "IsolatedConnection",
+           "Watchdog", "make_connection"]
+
+AnyConnection = Union[EpisodeConnection, IsolatedConnection]
 
 
-@dataclass(frozen=True)
-class ConnectionSettings:
-    """DuckDB resources of one episode connection."""
+def make_connection(db_path: Path, settings: ConnectionSettings) -> AnyConnection:
+    """A fresh episode connection of the kind ``settings.isolation`` asks for."""
+    from ehrgym.env.gate import info_schema_sql
 
-    threads: int = 1
-    memory_limit: str = "1GB"
-
-
-class _Deadline:
-    __slots__ = ("con", "at", "fired", "done", "lock")
-
-    def __init__(self, con: duckdb.DuckDBPyConnection, at: float) -> None:
-        self.con = con
-        self.at = at
-        self.fired = False
-        self.done = False
-        self.lock = threading.Lock()
-
-
-class Watchdog:
-    """Interrupts queries that outlive their deadline (one daemon thread, a heap of deadlines)."""
-
-    def __init__(self) -> None:
-        self._cv = threading.Condition()
-        self._heap: list[tuple[float, int, _Deadline]] = []
-        self._seq = itertools.count()
-        self._thread: threading.Thread | None = None
-        self._closed = False
-
-    @contextmanager
-    def deadline(self, con: duckdb.DuckDBPyConnection, seconds: float) -> Iterator[_Deadline]:
-        token = _Deadline(con, time.monotonic() + seconds)
-        with self._cv:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="ehrgym-query-watchdog", daemon=True)
-                self._thread.start()
-            # the thread sleeps until the earliest deadline; wake it only if this one is earlier
-            wake = not self._heap or token.at < self._heap[0][0]
-            heapq.heappush(self._heap, (token.at, next(self._seq), token))
-            if wake:
-                self._cv.notify()
-        try:
-            yield token
-        finally:
-            with token.lock:
-                token.done = True
-
-    def _loop(self) -> None:
-        with self._cv:
-            while not self._closed:
-                while self._heap and self._heap[0][2].done:
-                    heapq.heappop(self._heap)
-                if not self._heap:
-                    self._cv.wait()
-                    continue
-                at, _, token = self._heap[0]
-                delay = at - time.monotonic()
-                if delay > 0:
-                    self._cv.wait(delay)
-                    continue
-                heapq.heappop(self._heap)
-                with token.lock:
-                    if not token.done:
-                        token.fired = True
-                        token.con.interrupt()
-
-    def close(self) -> None:
-        with self._cv:
-            self._closed = True
-            self._cv.notify_all()
-
-
-class EpisodeConnection:
-    """One episode's private DuckDB: views over ``base`` with the current task's overlay."""
-
-    def __init__(self, db_path: Path, settings: ConnectionSettings) -> None:
-        self.db_path = db_path
-        self.con = duckdb.connect(":memory:")
-        try:
-            attach_base(self.con, db_path, BASE_ALIAS)
-            self.session = OverlaySession(self.con, BASE_ALIAS)
-            for stmt in info_schema_sql():
-                self.con.execute(stmt)
-            self.con.execute(search_path_sql())
-            self.con.execute(f"SET threads = {int(settings.threads)}")
-            self.con.execute(f"SET memory_limit = '{settings.memory_limit}'")
-            # no Python replacement scans: a bare name must never reach a DataFrame of the env process
-            self.con.execute("SET python_enable_replacements = false")
-            # no extension may load behind an unknown function name
-            self.con.execute("SET autoinstall_known_extensions = false")
-            self.con.execute("SET autoload_known_extensions = false")
-            self.con.execute("SET enable_external_access = false")
-            self.con.execute("SET lock_configuration = true")
-        except duckdb.Error as exc:
-            self.con.close()
-            raise DatabaseError(f"cannot open {db_path} for episodes: {exc}") from exc
-        self.overlay = Overlay()
-        self.healthy = True
-
-    def apply(self, overlay: Overlay) -> None:
-        self.session.apply(overlay)
-        self.overlay = overlay
-
-    def meta(self) -> dict[str, Any]:
-        """The database's bookkeeping (kit code only; agents cannot reach ``base``)."""
-        return read_meta(self.con, BASE_ALIAS)
-
-    def close(self) -> None:
-        try:
-            self.con.close()
-        except duckdb.Error:
-            pass
+    if settings.isolation == "process":
+        return IsolatedConnection(db_path, settings, info_schema_sql())
+    return EpisodeConnection(db_path, settings, info_schema_sql())
 
 
 class ConnectionPool:
@@ -165,13 +54,13 @@ class ConnectionPool:
         self.settings = settings
         self.warm = max(0, int(warm))
         self.watchdog = Watchdog()
-        self._ready: list[EpisodeConnection] = []
+        self._ready: list[AnyConnection] = []
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._closed = False
         self._refiller: threading.Thread | None = None
         if self.warm:
-            self._ready.append(EpisodeConnection(self.db_path, settings))  # fail fast on a bad file
+            self._ready.append(make_connection(self.db_path, settings))  # fail fast on a bad file
         if background and self.warm:
             self._refiller = threading.Thread(target=self._refill_loop, name="ehrgym-conn-refill", daemon=True)
             self._refiller.start()
@@ -186,7 +75,7 @@ class ConnectionPool:
                     if self._closed or len(self._ready) >= self.warm:
                         break
                 try:
-                    conn = EpisodeConnection(self.db_path, self.settings)
+                    conn = make_connection(self.db_path, self.settings)
                 except Exception:  # noqa: BLE001 - surfaced again by acquire()
                     break
                 with self._lock:
@@ -197,21 +86,24 @@ class ConnectionPool:
             if self._closed:
                 return
 
-    def acquire(self) -> EpisodeConnection:
+    def acquire(self) -> AnyConnection:
         with self._lock:
             if self._closed:
                 raise DatabaseError("the connection pool is closed")
             conn = self._ready.pop() if self._ready else None
         self._wake.set()
-        return conn if conn is not None else EpisodeConnection(self.db_path, self.settings)
+        return conn if conn is not None else make_connection(self.db_path, self.settings)
 
-    def release(self, conn: EpisodeConnection) -> None:
-        if self._closed or not conn.healthy:
-            conn.close()
+    def release(self, conn: AnyConnection) -> None:
+        if self._closed or not conn.healthy or not getattr(conn, "alive", True):
+            conn.close()   # a query process that was killed is not restarted just to be pooled
             return
         try:
-            conn.apply(Overlay())
+            conn.apply(Overlay())   # also drops what the episode's queries left in the catalog
         except Exception:  # noqa: BLE001 - a broken connection is dropped, not reused
+            conn.close()
+            return
+        if not conn.healthy:
             conn.close()
             return
         with self._lock:

@@ -11,6 +11,7 @@ Parsing is tolerant of casing, punctuation, markdown and reason synonyms
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from functools import lru_cache
@@ -183,6 +184,60 @@ _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.S)
 _SQL_START = re.compile(r"^\s*(?:select|with|from|show|describe|desc|summarize|values|pivot|\()\b", re.I)
 
 
+_CALL = re.compile(r"(?im)^[ \t*_#>`]*(answer|abstain|sql|python)\s*\(")
+_CALL_WINDOW = 20_000     # characters a call may span
+_CALL_TRIES = 128         # closing parentheses tried as the call's end
+
+
+def _literal_call(text: str, start: int) -> tuple[str, list[Any], dict[str, Any]] | None:
+    """``name(literal, key=literal)`` starting at ``start`` (the tools as their help shows them), or None."""
+    end = text.find(")", start)
+    tries = 0
+    while end != -1 and tries < _CALL_TRIES and end - start < _CALL_WINDOW:
+        tries += 1
+        try:
+            node = ast.parse(text[start:end + 1], mode="eval").body
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            end = text.find(")", end + 1)
+            continue
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+            return None
+        try:
+            args = [ast.literal_eval(a) for a in node.args]
+            kwargs = {str(k.arg).lower(): ast.literal_eval(k.value) for k in node.keywords if k.arg}
+        except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+            return None
+        return node.func.id.lower(), args, kwargs
+    return None
+
+
+def action_from_call(name: str, args: list[Any], kwargs: dict[str, Any]) -> Action | None:
+    """A tool call written as a function call: ``answer(2)``, ``answer(abstain="false_premise",
+    explanation="...")``, ``abstain("invalid_reference", "...")``, ``sql("SELECT ...")``, ``python("...")``."""
+    names = {"sql": ("query",), "python": ("code",), "answer": ("value", "abstain", "explanation"),
+             "abstain": ("abstain", "explanation")}[name]
+    if len(args) > len(names):
+        return None
+    params = dict(zip(names, args))
+    for key, value in kwargs.items():
+        key = "abstain" if key == "reason" and name in ("answer", "abstain") else key
+        if key not in names or key in params:
+            return None
+        params[key] = value
+    if name == "sql":
+        return SqlAction(params["query"]) if isinstance(params.get("query"), str) else None
+    if name == "python":
+        return PythonAction(params["code"]) if isinstance(params.get("code"), str) else None
+    explanation = str(params.get("explanation") or "")
+    if params.get("abstain") not in (None, False, ""):
+        raw = params["abstain"]
+        return AnswerAction(None, normalise_reason(raw) or _plain(str(raw)).replace(" ", "_") or "unspecified",
+                            explanation)
+    if name == "abstain" or "value" not in params:
+        return None
+    return AnswerAction(params["value"], None, explanation)
+
+
 def action_from_mapping(data: dict[str, Any]) -> Action | None:
     """A tool call from a mapping: ``{"tool": ...}``, ``{"name":..., "arguments":...}``, or short keys."""
     keys = {str(k).lower(): v for k, v in data.items()}
@@ -208,8 +263,8 @@ def action_from_mapping(data: dict[str, Any]) -> Action | None:
     return None
 
 
-def _json_objects(text: str) -> list[tuple[int, dict[str, Any]]]:
-    """Top-level JSON objects embedded in ``text`` with their start offsets."""
+def _json_objects(text: str, spans: list[tuple[int, int]] | None = None) -> list[tuple[int, dict[str, Any]]]:
+    """Top-level JSON objects embedded in ``text`` with their start offsets (their spans go to ``spans``)."""
     found = []
     decoder = json.JSONDecoder()
     i = text.find("{")
@@ -221,6 +276,8 @@ def _json_objects(text: str) -> list[tuple[int, dict[str, Any]]]:
             continue
         if isinstance(obj, dict):
             found.append((i, obj))
+            if spans is not None:
+                spans.append((i, end))
         i = text.find("{", end)
     return found
 
@@ -233,7 +290,8 @@ def parse_action(text: str) -> Action:
     if not isinstance(text, str) or not text.strip():
         raise ActionParseError(_expected_formats("the message is empty"))
     candidates: list[tuple[int, Action]] = []
-    for pos, obj in _json_objects(text):
+    json_spans: list[tuple[int, int]] = []
+    for pos, obj in _json_objects(text, json_spans):
         action = action_from_mapping(obj)
         if action is not None:
             candidates.append((pos, action))
@@ -245,6 +303,20 @@ def parse_action(text: str) -> Action:
             candidates.append((m.start(), SqlAction(body)))
         elif lang in ("python", "py", "python3"):
             candidates.append((m.start(), PythonAction(body)))
+    # code after SQL:/PYTHON: (up to an ANSWER/ABSTAIN line) may call sql(...) itself: not a tool call
+    code_spans = []
+    for m in _MARKER.finditer(text):
+        if m.group(1).lower() in ("sql", "python"):
+            stop = re.search(r"(?im)^\s*(?:answer|abstain|final\s+answer)\s*:", text[m.end():])
+            code_spans.append((m.start(), m.end() + stop.start() if stop else len(text)))
+    for m in _CALL.finditer(text):
+        at = m.start(1)
+        if any(a <= at < b for a, b in fenced_spans + json_spans + code_spans):
+            continue
+        call = _literal_call(text, at)
+        action = action_from_call(*call) if call is not None else None
+        if action is not None:
+            candidates.append((at, action))
     for m in _MARKER.finditer(text):
         if any(a <= m.start() < b for a, b in fenced_spans):
             continue
@@ -298,4 +370,5 @@ def parse_answer(text: str) -> AnswerAction | None:
 def _expected_formats(problem: str) -> str:
     return (f"Could not read an action: {problem}. Reply with one of: SQL: <query> (or a ```sql block), "
             f"PYTHON: <code> (or a ```python block), ANSWER: <value>, ABSTAIN: <reason>: <explanation>, "
+            f"a call as the tool help shows it (answer(2), sql(\"SELECT ...\")), "
             f"or JSON like {{\"tool\": \"sql\", \"query\": \"...\"}}. Reasons: {', '.join(ABSTAIN_REASONS)}.")

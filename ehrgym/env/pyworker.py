@@ -37,6 +37,11 @@ its own per worker, no capabilities), ``rlimits``, ``audit_hook`` (always; the f
 sockets, process creation, ctypes calls, importing DuckDB/sqlite3/…, rlimit changes, signals
 to other processes). The worker also starts with a clean environment and no inherited
 descriptors besides its own channel.
+
+The pool fails closed: unless ``mount_ns`` or ``landlock`` is in force it raises
+:class:`SandboxUnavailable` naming what is missing, because the audit hook alone can be got
+around (C++ file readers, monkeypatched path functions); ``allow_unisolated=True`` is the
+explicit, labelled unsafe mode.
 """
 
 from __future__ import annotations
@@ -127,7 +132,30 @@ _KILL_NOTES: dict[str, str] = {
 def kill_message(reason: str, limits: PythonLimits) -> str:
     """The agent-facing sentence for a kill ``reason`` (one of :data:`KILL_REASONS`)."""
     note = _KILL_NOTES[reason].format(**asdict(limits))
-    return f"{note}; the Python worker was stopped and its variables are lost."
+    return (f"{note}; the Python worker was stopped and its variables are lost "
+            f"(the next python call starts a fresh one).")
+
+
+#: the kernel layers that confine file access (at least one must be in force unless the user opts out)
+ISOLATION_LAYERS: tuple[str, ...] = ("mount_ns", "landlock")
+UNSAFE_LABEL = "UNSAFE: no OS isolation (audit hook + rlimits only)"
+
+
+class SandboxUnavailable(InfrastructureError):
+    """The host offers none of the OS isolation layers and the unsafe mode was not chosen."""
+
+
+def sandbox_refusal(layers: tuple[str, ...]) -> str:
+    """Why the Python tool refuses to start on this host, and what to do about it."""
+    root = hasattr(os, "geteuid") and os.geteuid() == 0
+    return ("The Python tool refuses to start: none of its OS isolation layers is available on this host "
+            f"(in force: {', '.join(layers)}). Missing: mount_ns (a private read-only file system; needs root, "
+            f"e.g. running as root in a container{'' if not root else ' - this process is root but unshare failed'}) "
+            "and landlock (needs Linux >= 5.13 with Landlock enabled: CONFIG_SECURITY_LANDLOCK=y and 'landlock' in "
+            "the kernel's lsm= list). Without them the in-process audit hook alone cannot keep an agent's code from "
+            "reading the benchmark's answers or the clean database. Run on such a host, disable the tool "
+            "(EnvConfig(python=False), `--no-python`), or accept the risk explicitly with the unsafe mode "
+            "(EnvConfig(python_unsafe=True), `--python-unsafe`), which every run record then labels unsafe.")
 
 
 class _Dead(Exception):
@@ -257,12 +285,16 @@ class PythonWorkerPool:
     """Fork server + ``warm`` ready workers; :meth:`acquire` hands out a fresh worker per episode."""
 
     def __init__(self, limits: PythonLimits = PythonLimits(), warm: int = 1, *,
-                 os_isolation: bool | str = True) -> None:
+                 os_isolation: bool | str = True, allow_unisolated: bool = False) -> None:
         """Start the fork server (0.5-1.5 s: it imports pandas once).
 
         ``os_isolation``: ``True`` (default) applies every kernel layer the host allows;
         ``"unprivileged"`` only those a non-root user gets (Landlock), as on a non-root host;
         ``False`` none (audit hook + rlimits only). The last two exist to test the fallbacks.
+
+        Fails closed: when neither ``mount_ns`` nor ``landlock`` is in force the pool raises
+        :class:`SandboxUnavailable` (saying what is missing), unless ``allow_unisolated=True``
+        (the unsafe mode: :attr:`unsafe` is then True).
         """
         if os_isolation not in (True, False, "unprivileged"):
             raise ValueError(f"os_isolation must be True, False or 'unprivileged', got {os_isolation!r}")
@@ -276,8 +308,13 @@ class PythonWorkerPool:
         self._ready: deque[_Spawn] = deque()
         self._pending = 0
         self._closed = False
+        self.allow_unisolated = allow_unisolated
         self._zygote = _Zygote(limits, os_isolation)
         self._finalizer = weakref.finalize(self, PythonWorkerPool._shutdown, self._zygote, self._ready)
+        if not self.isolated and not allow_unisolated:
+            layers = self.sandbox
+            self.close()
+            raise SandboxUnavailable(sandbox_refusal(layers))
         with self._lock:
             self._top_up()
 
@@ -288,6 +325,16 @@ class PythonWorkerPool:
         """Isolation layers in force for this pool's workers (see the module docstring)."""
         info = self._zygote.info
         return tuple(info.get("layers", ())) + ("rlimits",) + (("uid",) if info.get("drop_uid") else ()) + ("audit_hook",)
+
+    @property
+    def isolated(self) -> bool:
+        """True when at least one OS layer confines the workers' file access (see :data:`ISOLATION_LAYERS`)."""
+        return any(layer in self.sandbox for layer in ISOLATION_LAYERS)
+
+    @property
+    def unsafe(self) -> bool:
+        """True when workers run without OS isolation (only by explicit ``allow_unisolated=True``)."""
+        return not self.isolated
 
     def acquire(self) -> PythonWorker:
         """A fresh worker (new process, empty namespace); the caller closes it when the episode ends."""
@@ -488,6 +535,8 @@ class PythonWorker:
             frame = sql(query)
         except Exception as exc:  # noqa: BLE001 - every SQL failure goes back to the agent as SQLError
             return b"E", (str(exc) or type(exc).__name__).encode("utf-8", "replace")
+        if isinstance(frame, bytes):  # already pickled by the query process: forwarded, never unpickled here
+            return b"Q", frame
         if not isinstance(frame, pd.DataFrame):
             return b"E", f"internal error: the SQL tool returned {type(frame).__name__}, not a DataFrame".encode()
         try:
@@ -579,4 +628,5 @@ def _parse_done(payload: bytes) -> dict[str, Any]:
     return done
 
 
-__all__ = ["KILL_REASONS", "PythonLimits", "PythonResult", "PythonWorker", "PythonWorkerPool", "kill_message"]
+__all__ = ["ISOLATION_LAYERS", "KILL_REASONS", "PythonLimits", "PythonResult", "PythonWorker", "PythonWorkerPool",
+           "SandboxUnavailable", "UNSAFE_LABEL", "kill_message", "sandbox_refusal"]

@@ -4,28 +4,20 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import re
+import pickle
 import time
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-import duckdb
-
+from ehrgym.env.engine import (QueryError, SqlLimits, Watchdog, classify_error, clean_error,  # noqa: F401
+                               deadline_message)
 from ehrgym.env.gate import GateDecision, SqlGate
-from ehrgym.env.pool import EpisodeConnection, Watchdog
+from ehrgym.env.pool import AnyConnection
 from ehrgym.errors import GateRejection
 
-
-@dataclass(frozen=True)
-class SqlLimits:
-    """What one query may cost and how much of its result is shown."""
-
-    timeout_s: float = 10.0
-    max_rows_shown: int = 50
-    max_cell_chars: int = 80
-    max_count_rows: int = 5_000_000    # rows counted beyond the preview before saying "more than"
-    max_frame_rows: int = 1_000_000    # rows a Python ``sql()`` call may return
+__all__ = ["QueryOutcome", "SqlLimits", "classify_error", "clean_error", "format_outcome", "format_table",
+           "query_frame", "run_query"]
 
 
 @dataclass
@@ -39,7 +31,7 @@ class QueryOutcome:
     row_count_exact: bool = True
     truncated: bool = False
     error: str | None = None
-    error_kind: str | None = None      # gate | timeout | memory | database
+    error_kind: str | None = None      # gate | timeout | memory | database | crashed | internal
     gate_seconds: float = 0.0
     db_seconds: float = 0.0
     format_seconds: float = 0.0
@@ -56,40 +48,25 @@ class QueryOutcome:
                 "format_seconds": self.format_seconds, "tables": list(self.tables)}
 
 
-_HINT_NOISE = re.compile(r"\n?\s*Did you mean \"[^\"]*(?:base\.|ehrgym|memory\.|system\.|temp\.)[^\"]*\"\?", re.I)
+def _gate(gate: SqlGate, query: Any) -> GateDecision:
+    """The gate's decision; a text the gate's parser cannot even walk (RecursionError) is refused."""
+    if not isinstance(query, str):
+        raise GateRejection("Query refused: the query must be text (a str), got "
+                            f"{type(query).__name__}")
+    try:
+        return gate.check(query)
+    except RecursionError:
+        raise GateRejection("Query refused: it is nested too deeply to be read; flatten it (fewer nested "
+                            "parentheses or subqueries)") from None
 
 
-def clean_error(exc: BaseException) -> str:
-    """The DuckDB message an agent can act on, without catalog internals or tracebacks."""
-    text = str(exc).strip()
-    text = _HINT_NOISE.sub("", text)
-    text = re.sub(r"\b(?:base|memory)\.(?=mimiciv_)", "", text)
-    # DuckDB's "LINE n: …" excerpt and its ^ marker point where binding failed, which depends on
-    # how the episode's view of a table is built (an overlay's shape): never shown to agents
-    lines = [ln.rstrip() for ln in text.splitlines() if not re.match(r"^\s*(?:LINE \d+:.*|\^+)\s*$", ln)]
-    return "\n".join(lines[:12]).strip()
-
-
-def classify_error(exc: BaseException) -> str:
-    if isinstance(exc, duckdb.InterruptException):
-        return "timeout"
-    if isinstance(exc, duckdb.OutOfMemoryException) or "memory" in type(exc).__name__.lower():
-        return "memory"
-    return "database"
-
-
-def _deadline_message(timeout: float) -> str:
-    return (f"the query exceeded the time limit of {timeout:g} s and was cancelled; restrict it with "
-            f"WHERE on subject_id/hadm_id/itemid, aggregate, or add LIMIT")
-
-
-def run_query(gate: SqlGate, conn: EpisodeConnection, watchdog: Watchdog, query: str,
+def run_query(gate: SqlGate, conn: AnyConnection, watchdog: Watchdog, query: str,
               limits: SqlLimits) -> QueryOutcome:
     """Gate and run ``query`` on the episode connection; never raises for agent mistakes."""
     out = QueryOutcome(query=query)
     t0 = time.perf_counter()
     try:
-        decision = gate.check(query)
+        decision = _gate(gate, query)
     except GateRejection as exc:
         out.gate_seconds = time.perf_counter() - t0
         out.error, out.error_kind = str(exc), "gate"
@@ -105,69 +82,36 @@ def run_query(gate: SqlGate, conn: EpisodeConnection, watchdog: Watchdog, query:
         out.truncated = len(all_rows) > limits.max_rows_shown
         return out
     t1 = time.perf_counter()
-    with watchdog.deadline(conn.con, limits.timeout_s) as token:
-        try:
-            cur = conn.con.execute(decision.sql)
-            out.columns = [d[0] for d in cur.description] if cur.description else []
-            rows = cur.fetchmany(limits.max_rows_shown + 1)
-            if len(rows) > limits.max_rows_shown:
-                out.truncated = True
-                rest, exact = _count_rest(cur, limits.max_count_rows)
-                out.row_count = len(rows) + rest
-                out.row_count_exact = exact
-                rows = rows[: limits.max_rows_shown]
-            else:
-                out.row_count = len(rows)
-            out.rows = rows
-        except duckdb.Error as exc:
-            kind = "timeout" if token.fired else classify_error(exc)
-            out.error_kind = kind
-            out.error = _deadline_message(limits.timeout_s) if kind == "timeout" else clean_error(exc)
-            if kind == "memory":
-                out.error = (out.error.splitlines()[0] + "\n(the query ran out of its memory budget; "
-                             "aggregate or filter more, or add LIMIT)")
-            out.columns, out.rows = [], []
+    res = conn.run(decision.sql, limits, watchdog)
+    out.columns, out.rows, out.row_count = res.columns, res.rows, res.row_count
+    out.row_count_exact, out.truncated = res.row_count_exact, res.truncated
+    out.error, out.error_kind = res.error, res.error_kind
     out.db_seconds = time.perf_counter() - t1
     return out
 
 
-def _count_rest(cur: duckdb.DuckDBPyConnection, cap: int) -> tuple[int, bool]:
-    total = 0
-    reader = cur.fetchmany(8192)
-    while reader:
-        total += len(reader)
-        if total >= cap:
-            return total, False
-        reader = cur.fetchmany(8192)
-    return total, True
-
-
-def query_frame(gate: SqlGate, conn: EpisodeConnection, watchdog: Watchdog, query: str,
-                limits: SqlLimits) -> Any:
-    """Gate and run ``query`` returning a pandas DataFrame (the Python worker's ``sql()``).
+def query_frame(gate: SqlGate, conn: AnyConnection, watchdog: Watchdog, query: str,
+                limits: SqlLimits, pickled: bool = False) -> Any:
+    """Gate and run ``query`` returning a pandas DataFrame (the Python worker's ``sql()``), or with
+    ``pickled=True`` its pickle (forwarded to the worker without unpickling it here).
 
     Raises ``RuntimeError`` whose message is the gate's or DuckDB's message.
     """
     try:
-        decision: GateDecision = gate.check(query)
+        decision = _gate(gate, query)
     except GateRejection as exc:
         raise RuntimeError(str(exc)) from None
-    import pandas as pd
-
     if decision.kind == "static":
+        import pandas as pd
+
         assert decision.static is not None
-        return pd.DataFrame(list(decision.static.rows), columns=list(decision.static.columns))
-    with watchdog.deadline(conn.con, limits.timeout_s) as token:
-        try:
-            cur = conn.con.execute(decision.sql)
-            frame = cur.fetch_df_chunk(max(1, math.ceil((limits.max_frame_rows + 1) / 2048)))
-        except duckdb.Error as exc:
-            if token.fired:
-                raise RuntimeError(_deadline_message(limits.timeout_s)) from None
-            raise RuntimeError(clean_error(exc)) from None
-    if len(frame) > limits.max_frame_rows:
-        raise RuntimeError(f"the result has more than {limits.max_frame_rows:,} rows; aggregate or filter in SQL")
-    return frame
+        frame = pd.DataFrame(list(decision.static.rows), columns=list(decision.static.columns))
+        return pickle.dumps(frame, protocol=5) if pickled else frame
+    try:
+        data = conn.frame(decision.sql, limits, watchdog)
+    except QueryError as exc:
+        raise RuntimeError(str(exc)) from None
+    return data if pickled else pickle.loads(data)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -220,7 +164,8 @@ def format_outcome(out: QueryOutcome, limits: SqlLimits) -> str:
     """What the agent sees after a SQL step."""
     t0 = time.perf_counter()
     if out.error is not None:
-        label = {"gate": "Query refused", "timeout": "Query cancelled"}.get(out.error_kind or "", "SQL error")
+        label = {"gate": "Query refused", "timeout": "Query cancelled", "memory": "Query stopped",
+                 "crashed": "Query stopped"}.get(out.error_kind or "", "SQL error")
         text = out.error if out.error.startswith("Query refused") else f"{label}: {out.error}"
     else:
         table = format_table(out.columns, out.rows, limits.max_cell_chars)

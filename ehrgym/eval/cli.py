@@ -55,13 +55,16 @@ def group() -> None:
 @click.option("--time-limit", type=float, default=None, help="episode wall-clock limit in seconds")
 @click.option("--seed", type=int, default=0, show_default=True, help="run seed (per-episode seeds derive from it)")
 @click.option("--retry-errors", is_flag=True, default=False, help="re-run episodes recorded as infrastructure errors")
+@click.option("--no-python", is_flag=True, default=False, help="episodes without the python tool")
+@click.option("--python-unsafe", is_flag=True, default=False,
+              help="run the python tool even without OS isolation (UNSAFE; labelled in run.json and every record)")
 @click.option("--no-progress", is_flag=True, default=False)
 def run_cmd(bench_dir: str, db_path: str, agent: str, out_dir: str, k: int, workers: int, model: str | None,
             base_url: str | None, prompt: str | None, no_tools: bool, temperature: float | None,
             top_p: float | None, max_tokens: int | None, model_seed: int | None, agent_args: tuple[str, ...],
             split: str | None, intent: str | None, variant: str | None, limit_pairs: int | None,
             max_steps: int | None, time_limit: float | None, seed: int, retry_errors: bool,
-            no_progress: bool) -> None:
+            no_python: bool, python_unsafe: bool, no_progress: bool) -> None:
     """Run AGENT on every task of the benchmark K times; episodes are appended to OUT/episodes.jsonl."""
     from ehrgym.eval.runner import run_evaluation
 
@@ -76,6 +79,10 @@ def run_cmd(bench_dir: str, db_path: str, agent: str, out_dir: str, k: int, work
     env_config: dict[str, Any] = {}
     if max_steps is not None:
         env_config["max_steps"] = max_steps
+    if no_python:
+        env_config["python"] = False
+    if python_unsafe:
+        env_config["python_unsafe"] = True
     summary = run_evaluation(bench_dir, db_path, agent, out_dir, k=k, workers=workers, agent_kwargs=kwargs,
                              tasks=task_filter or None, limit_pairs=limit_pairs, env_config=env_config,
                              seed=seed, episode_time_limit=time_limit, retry_errors=retry_errors,

@@ -110,6 +110,11 @@ class EpisodeWorker:
         self.cfg = cfg
         self.env = EhrEnv(cfg.db_path, EnvConfig(**cfg.env_config))
         self.agent = make_agent(cfg.agent_name, **cfg.agent_kwargs)
+        self._unsafe_label: str | None = None
+        if cfg.env_config.get("python_unsafe"):
+            sandbox = python_sandbox(cfg.env_config)
+            if sandbox is not None and sandbox["unsafe"]:
+                self._unsafe_label = sandbox["label"]
 
     def close(self) -> None:
         try:
@@ -157,7 +162,17 @@ class EpisodeWorker:
                     error += "\n" + traceback.format_exc(limit=6)
                 env.abort("agent_error")
                 break
-            result = env.step(action, usage=_usage_delta(before, agent))
+            try:
+                result = env.step(action, usage=_usage_delta(before, agent))
+            except Exception as exc:  # noqa: BLE001 - step() turns agent input into observations; anything
+                # left is an environment bug this episode provoked: record it, keep the run going
+                error = f"environment error on step {steps + 1}: {type(exc).__name__}: {str(exc)[:500]}"
+                try:
+                    if not env.done:
+                        env.abort("agent_error")
+                except Exception as again:  # noqa: BLE001 - scoring itself fails: retried, then an infra error
+                    raise InfrastructureError(f"{error}; ending the episode failed too: {again}") from exc
+                break
             steps += 1
             observation = result.observation
             if result.info.get("error") and result.info.get("tool") in ("sql", "python"):
@@ -173,6 +188,8 @@ class EpisodeWorker:
     def _trajectory(self) -> dict[str, Any]:
         traj = self.env.trajectory
         data: dict[str, Any] = trajectory_dict(traj) if traj is not None else {}
+        if self._unsafe_label is not None:
+            data["python_sandbox"] = self._unsafe_label   # every record of an unsafe run says so
         agent_part: dict[str, Any] = {"usage": self.agent.usage.to_dict()}
         transcript = getattr(self.agent, "transcript", None)
         if callable(transcript):
@@ -307,6 +324,34 @@ def select_tasks(tasks: Sequence[Any], task_filter: TaskFilter = None, limit_pai
     return kept
 
 
+def python_sandbox(env_config: dict[str, Any]) -> dict[str, Any] | None:
+    """The Python tool's sandbox for a run with ``env_config`` (None when the tool is off).
+
+    Raises :class:`~ehrgym.env.pyworker.SandboxUnavailable` when the host has no OS isolation layer
+    and ``python_unsafe`` was not set: the run refuses to start instead of degrading silently."""
+    if not env_config.get("python", True):
+        return None
+    unsafe = bool(env_config.get("python_unsafe", False))
+    layers = _sandbox_layers(unsafe)
+    from ehrgym.env.pyworker import ISOLATION_LAYERS, UNSAFE_LABEL
+
+    isolated = any(layer in layers for layer in ISOLATION_LAYERS)
+    return {"layers": list(layers), "unsafe": not isolated, "label": UNSAFE_LABEL if not isolated else "isolated"}
+
+
+_SANDBOX_CACHE: dict[bool, tuple[str, ...]] = {}
+
+
+def _sandbox_layers(unsafe: bool) -> tuple[str, ...]:
+    """Layers a Python worker pool gets on this host (probed once per process: ~1 s)."""
+    if unsafe not in _SANDBOX_CACHE:
+        from ehrgym.env.pyworker import PythonWorkerPool
+
+        with PythonWorkerPool(warm=0, allow_unisolated=unsafe) as pool:
+            _SANDBOX_CACHE[unsafe] = pool.sandbox
+    return _SANDBOX_CACHE[unsafe]
+
+
 def _identity(agent_name: str, model: str | None, agent_kwargs: dict[str, Any], manifest: dict[str, Any],
               db_hash: str | None, seed: int, env_config: dict[str, Any]) -> dict[str, Any]:
     return {"agent": agent_name, "model": model, "agent_kwargs": _public_kwargs(agent_kwargs),
@@ -391,6 +436,7 @@ def run_evaluation(bench_dir: str | Path, db_path: str | Path, agent_name: str, 
     agent_kwargs = dict(agent_kwargs or {})
     entry = get_agent_entry(agent_name)
     env_config = {**entry.factory.env_defaults, **(env_config or {})}
+    sandbox = python_sandbox(env_config)   # fails closed before any episode runs
     bench = load_benchmark(bench_dir)
     manifest = dict(getattr(bench, "manifest", {}) or {})
     db_hash = _db_content_hash(db_path)
@@ -418,7 +464,7 @@ def run_evaluation(bench_dir: str | Path, db_path: str | Path, agent_name: str, 
               "bench_dir": str(Path(bench_dir).resolve()), "db_path": str(Path(db_path).resolve()),
               "tasks_selected": len(selected), "episode_time_limit": episode_time_limit,
               "episode_retries": episode_retries, "concurrency": entry.concurrency.value,
-              "workers": workers, "created": (previous or {}).get("created", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))}
+              "workers": workers, "python_sandbox": sandbox, "created": (previous or {}).get("created", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))}
 
     store = EpisodeStore(out_dir)
     repaired = store.open()
