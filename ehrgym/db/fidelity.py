@@ -361,11 +361,12 @@ def format_report(report: FidelityReport, *, all_items: bool = False) -> str:
     lines.append("full      MIMIC-IV v3.1, derived from the published row counts")
     lines.append(f"ratio     this / reference (full MIMIC-IV where published, else other); ok within "
                  f"±{TOLERANCE:.0%}; '-' undefined or empty table")
-    header = f"{'statistic':<46} {'this':>11} {'other':>11} {'full':>11} {'ratio':>7}  flag"
+    other_head = f"{'other':>11}" if report.other is not None else f"{'':>11}"
+    header = f"{'statistic':<46} {'this':>11} {other_head} {'full':>11} {'ratio':>7}  flag"
     for section in SECTIONS:
         lines += ["", f"[{section}]", header]
         for row in stats[stats["section"] == section].itertuples():
-            ratio = f"{row.ratio:.2f}" if _finite(row.ratio) else "-"
+            ratio = "-" if not _finite(row.ratio) else f"{row.ratio:.2f}" if row.ratio >= 0.1 else f"{row.ratio:.3f}"
             this = "empty" if row.flag == "empty" else _fmt(row.this, row.unit)
             other = _fmt(row.other, row.unit) if report.other is not None else ""
             lines.append(f"{row.statistic:<46} {this:>11} {other:>11} {_fmt(row.full_mimic_iv, row.unit):>11} "
