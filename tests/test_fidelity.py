@@ -279,3 +279,17 @@ def test_clear_errors_on_files_that_are_not_kit_databases(tmp_path: Path) -> Non
     result = CliRunner().invoke(cli, ["db", "fidelity", str(tmp_path / "missing.duckdb")])
     assert result.exit_code != 0 and isinstance(result.exception, DatabaseError)
     assert "does not exist" in str(result.exception)
+
+
+def test_text_lists_off_items_or_all_of_them(synth_report: FidelityReport) -> None:
+    items = synth_report.items()
+    tables = tuple(items["table"].unique())
+
+    def item_lines(text: str) -> list[str]:
+        return [line for line in text.splitlines() if line.startswith(tables) and line.split()[1].isdigit()]
+
+    every = item_lines(format_report(synth_report, all_items=True))
+    assert [int(line.split()[1]) for line in every] == list(items["itemid"])
+    off = item_lines(format_report(synth_report))
+    assert [int(line.split()[1]) for line in off] == list(items.loc[items["flag"] == "off", "itemid"])
+    assert all(line.endswith(" off") for line in off)
