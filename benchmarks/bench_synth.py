@@ -7,6 +7,13 @@ numpy generation, DuckDB's insert threads, hashing) and rows per CPU-second, and
 (CPU s / wall s; at most the number of cores). It also prints the generation-only cost (numpy/pyarrow,
 no DuckDB), hence DuckDB's share, the size of the big database on disk and the peak resident memory.
 
+The *floor* is DuckDB's own writer: the built database's final rows are read back into Arrow and
+bulk-loaded into a fresh file with the same schema (CREATE TABLE, INSERT ... SELECT * FROM the
+Arrow table, one transaction, CHECKPOINT), timed as the median of the same number of runs. The
+build / floor ratio (wall and CPU; the build's side holds everything it does: generation, DuckDB
+casts and expressions, inserts, content hash, checkpoint) is the speed target: the build must stay
+<= 1.5x the floor at 10k patients. On a loaded machine the CPU ratio is the meaningful one.
+
 It also prints the chartevents volume of the big database per patient and per ICU stay (MIMIC-IV v3.1:
 about 1,190 and 4,600). ``--tables`` adds a per-table profile of one sequential build of the big size
 (no prefetch thread): generation and insert CPU seconds per table, the content hash and the final
@@ -17,7 +24,7 @@ other processes; rows per CPU-second is the load-independent figure (contention 
 somewhat). Target (issue 2): >= 2 M rows/s of wall time on a 2-core machine.
 
     .venv/bin/python benchmarks/bench_synth.py [--runs 3] [--small 1000] [--big 10000] [--big-runs 1] [--seed 0]
-                                               [--tables]
+                                               [--tables]        (--big 0: the small size only)
 """
 
 from __future__ import annotations
@@ -33,11 +40,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 
+from ehrgym.db.schema import EXPOSED_SCHEMAS, mimic_schema
 from ehrgym.db.synth import build_synthetic_database, generate_tables
 from ehrgym.db.synth.writer import TableData
 
 TARGET_ROWS_PER_S = 2e6
+TARGET_FLOOR_RATIO = 1.5  # build wall time / DuckDB bulk-load floor, at the big size
 
 
 @dataclass(frozen=True)
@@ -57,6 +67,43 @@ def _generate_only(patients: int, seed: int) -> Sample:
     wall, cpu = time.perf_counter(), time.process_time()
     rows = sum(table.arrow().num_rows for table in generate_tables(patients, seed))
     return Sample(time.perf_counter() - wall, time.process_time() - cpu, rows)
+
+
+def _final_rows(path: Path) -> dict[str, pa.Table]:
+    """Every table of a built database as Arrow, in stored order."""
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return {name: con.sql(f"SELECT * FROM {spec.qualified}").to_arrow_table()
+                for name, spec in mimic_schema().items()}
+    finally:
+        con.close()
+
+
+def _floor(path: Path, tables: dict[str, pa.Table]) -> Sample:
+    """DuckDB bulk-loading ``tables`` from Arrow into a fresh file with the kit schema: the speed floor."""
+    for stale in (path, path.with_name(path.name + ".wal")):
+        stale.unlink(missing_ok=True)
+    wall, cpu = time.perf_counter(), time.process_time()
+    con = duckdb.connect(str(path))
+    con.execute("SET enable_progress_bar = false")
+    con.execute("BEGIN TRANSACTION")
+    for schema in EXPOSED_SCHEMAS:
+        con.execute(f"CREATE SCHEMA {schema}")
+    for name, spec in mimic_schema().items():
+        con.execute(spec.create_sql())
+        con.register("_floor_source", tables[name])
+        con.execute(f"INSERT INTO {spec.qualified} SELECT * FROM _floor_source")
+        con.unregister("_floor_source")
+    con.execute("COMMIT")
+    con.execute("CHECKPOINT")
+    con.close()
+    return Sample(time.perf_counter() - wall, time.process_time() - cpu, sum(t.num_rows for t in tables.values()))
+
+
+def _floor_line(build: Sample, floor: Sample, runs: int) -> str:
+    return (_line("  floor: DuckDB load from Arrow", floor, f"  (median of {runs})") +
+            f"\n  build / floor: wall {build.wall / floor.wall:.2f}x  cpu {build.cpu / floor.cpu:.2f}x "
+            f"(target <= {TARGET_FLOOR_RATIO}x at the big size)")
 
 
 def _chart_density(path: Path) -> str:
@@ -136,30 +183,48 @@ def main() -> None:
     parser.add_argument("--tables", action="store_true", help="also profile one sequential build per table")
     args = parser.parse_args()
     print(f"cores: {os.cpu_count()}  load average at start: {os.getloadavg()[0]:.1f}")
+    results: list[tuple[str, Sample, Sample]] = []  # (label, build, floor)
     with tempfile.TemporaryDirectory(prefix="ehrgym-bench-") as tmp:
         tmp_dir = Path(tmp)
-        small = _median([_build(tmp_dir / "small.duckdb", args.small, args.seed) for _ in range(args.runs)])
+        small_path = tmp_dir / "small.duckdb"
+        small = _median([_build(small_path, args.small, args.seed) for _ in range(args.runs)])
         print(_line(f"build {args.small} patients", small, f"  (median of {args.runs})"))
         gen = _median([_generate_only(args.small, args.seed) for _ in range(args.runs)])
         print(_line("  generation only", gen, f"  -> DuckDB write+hash {small.cpu - gen.cpu:.2f} cpu-s "
                                                f"({(small.cpu - gen.cpu) / small.cpu:.0%} of the build)"))
-        big_path = tmp_dir / "big.duckdb"
-        big = _median([_build(big_path, args.big, args.seed) for _ in range(args.big_runs)])
-        size = big_path.stat().st_size
-        print(_line(f"build {args.big} patients", big,
-                    f"  (median of {args.big_runs})  db {size / 2 ** 20:,.0f} MiB "
-                    f"({size / args.big / 1024:.1f} KiB/patient)"))
-        print(f"  {_chart_density(big_path)}")
-        if args.tables:
-            _table_profile(tmp_dir / "profile.duckdb", args.big, args.seed)
+        rows = _final_rows(small_path)
+        floor = _median([_floor(tmp_dir / "floor.duckdb", rows) for _ in range(args.runs)])
+        del rows
+        print(_floor_line(small, floor, args.runs))
+        results.append((f"{args.small} patients", small, floor))
+        if args.big > 0:
+            big_path = tmp_dir / "big.duckdb"
+            big = _median([_build(big_path, args.big, args.seed) for _ in range(args.big_runs)])
+            size = big_path.stat().st_size
+            print(_line(f"build {args.big} patients", big,
+                        f"  (median of {args.big_runs})  db {size / 2 ** 20:,.0f} MiB "
+                        f"({size / args.big / 1024:.1f} KiB/patient)"))
+            rows = _final_rows(big_path)
+            big_floor = _median([_floor(tmp_dir / "floor.duckdb", rows) for _ in range(args.big_runs)])
+            del rows
+            print(_floor_line(big, big_floor, args.big_runs))
+            print(f"  {_chart_density(big_path)}")
+            results.append((f"{args.big} patients", big, big_floor))
+            if args.tables:
+                _table_profile(tmp_dir / "profile.duckdb", args.big, args.seed)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS {peak:,.0f} MiB   load average at end: {os.getloadavg()[0]:.1f}")
-    for label, s in ((f"{args.small} patients", small), (f"{args.big} patients", big)):
+    for label, s, fl in results:
         rate = s.rows / s.wall
         verdict = "met" if rate >= TARGET_ROWS_PER_S else "NOT met"
         print(f"target >= {TARGET_ROWS_PER_S / 1e6:.2f} M rows/s (wall), {label}: "
               f"{rate / 1e6:.2f} M rows/s -> {verdict}")
-
+    label, s, fl = results[-1]
+    ratio = s.wall / fl.wall
+    verdict = "met" if ratio <= TARGET_FLOOR_RATIO else "NOT met"
+    note = "" if args.big >= 10000 else " (the target applies at 10k patients)"
+    print(f"target build <= {TARGET_FLOOR_RATIO}x the DuckDB load floor (wall), {label}: {ratio:.2f}x "
+          f"(cpu {s.cpu / fl.cpu:.2f}x) -> {verdict}{note}")
 
 if __name__ == "__main__":
     main()
