@@ -6,6 +6,7 @@ notebook to check that it runs clean and that its outputs are deterministic.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -151,3 +152,40 @@ def test_notebooks_equal_what_the_generator_writes(tmp_path: Path) -> None:
     for name in generated:
         assert (tmp_path / name).read_text() == (repo / "notebooks" / name).read_text(), (
             f"notebooks/{name} differs from scripts/make_notebooks.py's output: edit the script and rerun it")
+
+
+def test_readme_snippet_and_commands_run_after_a_reproduce(
+        executed: tuple[pipeline.PipelineConfig, dict[str, Path]]) -> None:
+    """The README's Python snippet and evaluation/report commands, as written, on the layout `make reproduce`
+    leaves — only the size of this small reproduce (and its benchmark name) is substituted."""
+    import re
+    import subprocess
+    import sys
+
+    cfg, _ = executed
+    repo = Path(__file__).resolve().parents[1]
+    readme = (repo / "README.md").read_text()
+    default = pipeline.PipelineConfig(data="data")
+    subs = {default.bench_dir.name: cfg.bench_dir.name, default.db_path.stem: cfg.db_path.stem}
+
+    def localise(text: str) -> str:
+        for a, b in subs.items():
+            text = text.replace(a, b)
+        return text
+
+    root = cfg.data_dir.parent
+    snippet = re.search(r"```python\n(from ehrgym.bench.dataset import load_benchmark.*?)```", readme, re.S)
+    assert snippet, "the README's episode snippet is gone"
+    code = localise(snippet.group(1))
+    assert "data/bench/" in code
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "verdict" not in done.stderr
+    exe = Path(sys.executable).parent / "ehrgym"
+    for line in readme.splitlines():
+        if line.startswith(("ehrgym eval summarize", "ehrgym report data/runs")):
+            command = localise(line.split("#")[0]).replace("ehrgym ", f"{exe} ", 1)
+            done = subprocess.run(["bash", "-c", command], cwd=root, capture_output=True, text=True, env=env)
+            assert done.returncode == 0, (command, done.stderr[-2000:])
+    assert (root / "tables" / "clean_vs_noise.csv").is_file() and (root / "figures" / "pass_k.png").is_file()
