@@ -15,7 +15,7 @@ from ehrgym.bench.noise import INJECTORS
 from ehrgym.bench.noise.cleaning import ALL_CLEANERS, plain_relation, relation
 from ehrgym.bench.sqlrender import render_sql
 from ehrgym.bench.templates import all_templates
-from ehrgym.bench.verify import EMPTY_IS_TRAP
+
 from ehrgym.vocab import NOISE_SUBTYPES
 
 TEMPLATES = all_templates()
@@ -80,7 +80,7 @@ def test_template_pairs_verify_for_every_applicable_subtype(builder, template):
         assert noise["noise"].subtype == subtype
         if noise["expected"].kind == "abstain":
             assert noise["expected"].reason
-            if subtype not in EMPTY_IS_TRAP:
+            if not INJECTORS[subtype].empty_is_trap:
                 assert noise["meta"]["trap_value"] is not None
         else:
             assert noise["gold_sql"] != noise["naive_sql"] or noise["noise"].overlay.edits

@@ -37,6 +37,9 @@ class Injection:
     question: str | None = None  # a replacement question (out of scope)
     cleaners: tuple[Cleaner, ...] = ()  # robust gold SQL = gold SQL over these cleaners
     robust_params: dict[str, Any] | None = None  # parameters of the robust gold SQL (None: clean ones)
+    # for a contradiction: the evidence as it would be if the other record were the true one; the
+    # pair is kept only if the answer there differs from the clean answer by the trap margin
+    alternative: Any = None  # Overlay | None
 
 
 @dataclass
@@ -49,7 +52,7 @@ class InjectContext:
     clean_value: Any
     rng: np.random.Generator
     base: str = "base"
-    max_ids: dict[tuple[str, str], int] = field(default_factory=dict)  # shared cache across contexts
+    max_ids: dict[tuple[str, ...], Any] = field(default_factory=dict)  # id facts cached across contexts
 
     @property
     def evidence(self):
@@ -93,18 +96,69 @@ class InjectContext:
             return f"abs({v} - avg({v}) OVER ()) DESC NULLS LAST, e.rowid"
         return f"{t + ', ' if t else ''}e.rowid"
 
-    def new_ids(self, k: int) -> list[int]:
-        """``k`` unused values of the evidence table's id column."""
+    def dense_id(self) -> str | None:
+        """The evidence id column when the base numbers it 1, 2, 3 … in scan order (else None)."""
+        ev = self.evidence
+        if not ev.id_col:
+            return None
+        key = ("dense", ev.table, ev.id_col)
+        if key not in self.max_ids:
+            spec = table_spec(ev.table)
+            got = self.con.execute(
+                f"SELECT count(*), count(DISTINCT {ev.id_col}), min({ev.id_col}), max({ev.id_col}), "
+                f"bool_and({ev.id_col} - rowid = (SELECT min({ev.id_col}) FROM {self.base}.{spec.qualified})) "
+                f"FROM {self.base}.{spec.qualified}").fetchone()
+            n, distinct, lo, hi, aligned = got
+            self.max_ids[key] = bool(n and distinct == n and hi - lo + 1 == n and aligned)
+        return ev.id_col if self.max_ids[key] else None
+
+    def anchor_for(self, row: dict[str, Any], time: Any = None) -> int:
+        """The base rowid a new row copied from ``row`` (timestamped ``time``) follows in scan order:
+        ``row`` itself, or for a moved timestamp the last row of the same subject stored before it."""
+        ev = self.evidence
+        if time is None or not ev.time_col or "subject_id" not in row or row.get(ev.time_col) == time:
+            return int(row[ROWID])
+        spec = table_spec(ev.table)
+        src = f"{self.base}.{spec.qualified}"
+        got = self.con.execute(f"SELECT max(rowid) FROM {src} WHERE subject_id = ? AND {ev.time_col} <= ?",
+                               [row["subject_id"], time]).fetchone()[0]
+        if got is None:
+            got = self.con.execute(f"SELECT min(rowid) - 1 FROM {src} WHERE subject_id = ?",
+                                   [row["subject_id"]]).fetchone()[0]
+        return int(got)
+
+    def ids_after(self, anchor: int, k: int) -> list[int]:
+        """Ids for ``k`` new rows following base row ``anchor``, drawn as the base draws them.
+
+        Dense ids (see :meth:`dense_id`): the anchor's own id — the overlay view renumbers the
+        table around the new rows. Other ids: the free values nearest above the anchor's id
+        (below the table's maximum; below the anchor when the values above are taken)."""
         ev = self.evidence
         if not ev.id_col:
             return []
-        key = (ev.table, ev.id_col)
+        spec = table_spec(ev.table)
+        src = f"{self.base}.{spec.qualified}"
+        at = self.con.execute(f"SELECT {ev.id_col} FROM {src} WHERE rowid = ?", [max(anchor, 0)]).fetchone()
+        ref = int(at[0]) if at and at[0] is not None else 0
+        if self.dense_id():
+            return [ref - (1 if anchor < 0 else 0)] * k
+        key = ("max", ev.table, ev.id_col)
         if key not in self.max_ids:
-            spec = table_spec(ev.table)
-            top = self.con.execute(f"SELECT max({ev.id_col}) FROM {self.base}.{spec.qualified}").fetchone()[0]
-            self.max_ids[key] = int(top or 0)
-        start = self.max_ids[key] + 1 + int(self.rng.integers(1, 1000))
-        return list(range(start, start + k))
+            self.max_ids[key] = int(self.con.execute(f"SELECT max({ev.id_col}) FROM {src}").fetchone()[0] or 0)
+        top = self.max_ids[key]
+        out: list[int] = []
+        for lo, hi in ((ref + 1, min(ref + 1 + 50 * k + 200, top)), (max(ref - 50 * k - 200, 1), ref - 1)):
+            if lo > hi:
+                continue
+            taken = {int(r[0]) for r in self.con.execute(
+                f"SELECT {ev.id_col} FROM {src} WHERE {ev.id_col} BETWEEN ? AND ?", [lo, hi]).fetchall()}
+            free = [i for i in range(lo, hi + 1) if i not in taken]
+            out += free if lo > ref else free[::-1]
+            if len(out) >= k:
+                break
+        if len(out) < k:
+            raise BenchmarkError(f"no free {ev.table}.{ev.id_col} values near {ref}")
+        return out[:k]
 
     def window_of(self, row: dict[str, Any]) -> tuple[dt.datetime, dt.datetime] | None:
         """Start and end of the admission/stay an evidence row is linked to."""
@@ -119,12 +173,29 @@ class InjectContext:
         return got[0], got[1]
 
 
+# answer types for which "none happened" is itself the answer (0 events, False)
+ZERO_IS_AN_ANSWER: frozenset[str] = frozenset({"integer", "boolean"})
+
+
 class Injector:
-    """Base class: set ``subtype``; ``requires`` names Evidence attributes that must be set."""
+    """Base class: set ``subtype``; ``requires`` names Evidence attributes that must be set.
+
+    The label of the noisy twin lives here too: ``outcome`` and ``reason`` (the expected outcome,
+    see :meth:`expected`), ``rationale`` (why a careful analyst would give it) and
+    ``empty_is_trap`` (for an abstention: an empty/NULL result of the naive query is what a
+    credulous agent reports, so it still traps). ``presupposes_event``: the noise makes the
+    question ask about events that did not happen — only valid where "none" is not itself an
+    answer (not for counts or yes/no questions, where 0 / False is simply correct).
+    """
 
     subtype: ClassVar[str]
     requires: ClassVar[tuple[str, ...]] = ()
     description: ClassVar[str] = ""
+    outcome: ClassVar[str] = "answer"  # answer | abstain
+    reason: ClassVar[str | None] = None
+    rationale: ClassVar[str] = ""
+    empty_is_trap: ClassVar[bool] = False
+    presupposes_event: ClassVar[bool] = False
 
     @property
     def level(self) -> str:
@@ -132,6 +203,8 @@ class Injector:
 
     def applies(self, template: Template) -> bool:
         if self.subtype not in template.noise:
+            return False
+        if self.presupposes_event and template.answer.type in ZERO_IS_AN_ANSWER:
             return False
         return all(getattr(template.evidence, a) for a in self.requires) and self.fits(template)
 
@@ -142,6 +215,11 @@ class Injector:
     def accepts(self, template: Template, params: dict[str, Any]) -> bool:
         """Cheap per-entity pre-check before any SQL runs (override)."""
         return True
+
+    def expected(self, template: Template) -> tuple[str, str | None]:
+        """Expected outcome and abstention reason of a noisy twin of ``template`` (override when it
+        depends on the template, e.g. one corrupted row decides the answer or is one of many)."""
+        return self.outcome, self.reason
 
     def inject(self, ctx: InjectContext) -> Injection | None:
         raise NotImplementedError

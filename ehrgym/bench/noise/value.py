@@ -9,9 +9,10 @@ from typing import Any
 from ehrgym.bench.noise import cleaning
 from ehrgym.bench.noise.base import ROWID, InjectContext, Injection, Injector, register_injector
 from ehrgym.bench.noise.units import conversion_for
-from ehrgym.bench.noise.values import (MISSING_PLACEHOLDERS, corrupted_text, finite, implausible, shift_times,
-                                       typed_value, value_text)
+from ehrgym.bench.noise.values import (MISSING_PLACEHOLDERS, derivable, finite, implausible, number_forms,
+                                       shift_times, typed_value, value_text)
 from ehrgym.db.overlay import Overlay, TableEdit
+from ehrgym.db.schema import table_spec
 
 
 def _focus(ctx: InjectContext) -> dict[str, Any] | None:
@@ -34,18 +35,18 @@ def _focus_rows(ctx: InjectContext) -> list[dict[str, Any]]:
 
 
 def _replace_many(ctx: InjectContext, rows: list[dict[str, Any]], changes: list[dict[str, Any]]) -> TableEdit:
+    """Rows edited in place: each edited copy takes the original's id and scan position."""
     new_rows = []
     for row, ch in zip(rows, changes):
         new = {k: v for k, v in row.items() if k != ROWID}
         new.update(ch)
         new_rows.append(new)
-    return TableEdit(ctx.evidence.table, tuple(r[ROWID] for r in rows), tuple(new_rows))
+    rowids = tuple(r[ROWID] for r in rows)
+    return TableEdit(ctx.evidence.table, rowids, tuple(new_rows), rowids, ctx.dense_id())
 
 
 def _replace(ctx: InjectContext, row: dict[str, Any], changes: dict[str, Any]) -> TableEdit:
-    new = {k: v for k, v in row.items() if k != ROWID}
-    new.update(changes)
-    return TableEdit(ctx.evidence.table, (row[ROWID],), (new,))
+    return _replace_many(ctx, [row], [changes])
 
 
 def _extra(ctx: InjectContext, row: dict[str, Any], changes: dict[str, Any]) -> TableEdit:
@@ -54,9 +55,42 @@ def _extra(ctx: InjectContext, row: dict[str, Any], changes: dict[str, Any]) -> 
     minutes = -1 if ev.focus == "first" else 1
     new = shift_times({k: v for k, v in row.items() if k != ROWID}, ev.table, dt.timedelta(minutes=minutes))
     new.update(changes)
+    anchor = ctx.anchor_for(row, new.get(ev.time_col) if ev.time_col else None)
     if ev.id_col:
-        new[ev.id_col] = ctx.new_ids(1)[0]
-    return TableEdit(ev.table, (), (new,))
+        new[ev.id_col] = ctx.ids_after(anchor, 1)[0]
+    return TableEdit(ev.table, (), (new,), (anchor,), ctx.dense_id())
+
+
+def _base_texts(ctx: InjectContext, digits: bool) -> list[str]:
+    """Text values the base stores where the number is missing, most frequent first: of the same
+    item when the base has some, else of the whole table (``digits``: only number-bearing ones)."""
+    ev = ctx.evidence
+    if not (ev.text_col and ev.value_col):
+        return []
+    src = f"{ctx.base}.{table_spec(ev.table).qualified}"
+    cond = f"{ev.value_col} IS NULL AND {ev.text_col} IS NOT NULL AND " + (
+        "" if digits else "NOT ") + f"regexp_matches({ev.text_col}, '[0-9]')"
+    scopes = []
+    if ev.item_col and ev.item_param and ev.item_param in ctx.params:
+        scopes.append(f"{ev.item_col} = {int(ctx.params[ev.item_param])} AND ")
+    scopes.append("")
+    for scope in scopes:
+        got = [r[0] for r in ctx.query(f"SELECT {ev.text_col}, count(*) AS n FROM {src} WHERE {scope}{cond} "
+                                       f"GROUP BY 1 ORDER BY n DESC, 1 LIMIT 50")]
+        if got:
+            return got
+    return []
+
+
+def _unit_readable(ctx: InjectContext, bounds: tuple[float, float]):
+    """True for a value that reads as a plausible value of the item in another unit it is
+    recorded in (creatinine 80 = 80 µmol/L), so it cannot stand for an impossible one."""
+    ev = ctx.evidence
+    conv = conversion_for(ctx.params.get(ev.item_param)) if ev.item_param else None
+    if conv is None:
+        return None
+    lo, hi = bounds
+    return lambda v: lo <= (v - conv.offset) / conv.scale <= hi
 
 
 def _value_changes(ctx: InjectContext, value: float | None, text: str | None) -> dict[str, Any]:
@@ -72,6 +106,16 @@ class ImplausibleValue(Injector):
     subtype = "implausible_value"
     requires = ("value_col",)
     description = "a physiologically impossible value (decimal slip or sign error)"
+    reason = "implausible_value"
+    rationale = ("a value outside physiology and the real data's 0.1-99.9 % range, not readable in another unit: "
+                 "one such row deciding the answer leaves nothing to answer with; an extra such row among "
+                 "many is dropped by a plausibility filter")
+
+    def fits(self, template) -> bool:
+        return not derivable(template.evidence.table, template.evidence.value_col)
+
+    def expected(self, template) -> tuple[str, str | None]:
+        return ("answer", None) if template.evidence.aggregate else ("abstain", self.reason)
 
     def inject(self, ctx: InjectContext) -> Injection | None:
         ev = ctx.evidence
@@ -79,16 +123,16 @@ class ImplausibleValue(Injector):
         row = _focus(ctx)
         if row is None or bounds is None:
             return None
-        bad = implausible(row[ev.value_col], bounds, low=ev.extreme == "low")
+        bad = implausible(row[ev.value_col], bounds, low=ev.extreme == "low", readable=_unit_readable(ctx, bounds))
         if bad is None:
             return None
         changes = _value_changes(ctx, bad, value_text(bad))
         desc = f"{ev.value_col} {row[ev.value_col]!r} → {bad!r} (plausible {bounds[0]:g}–{bounds[1]:g})"
-        if not ev.aggregate:
-            return Injection(self.spec(Overlay((_replace(ctx, row, changes),)), description=desc),
-                             "abstain", "implausible_value")
+        kind, reason = self.expected(ctx.template)
+        if kind == "abstain":
+            return Injection(self.spec(Overlay((_replace(ctx, row, changes),)), description=desc), kind, reason)
         return Injection(self.spec(Overlay((_extra(ctx, row, changes),)), description="an extra row with " + desc),
-                         "answer", cleaners=(cleaning.drop_implausible,))
+                         kind, reason, cleaners=(cleaning.drop_implausible,))
 
 
 @register_injector
@@ -96,6 +140,7 @@ class UnitMismatch(Injector):
     subtype = "unit_mismatch"
     requires = ("value_col", "unit_col", "item_col", "item_param")
     description = "a value recorded in another unit, with the unit column changed accordingly"
+    rationale = "the unit column says which unit the number is in: converting it back recovers the answer"
 
     def accepts(self, template, params) -> bool:
         conv = conversion_for(params.get(template.evidence.item_param))
@@ -120,49 +165,59 @@ class UnitMismatch(Injector):
         first = rows[0][ev.value_col]
         desc = (f"{first!r} {conv.unit} recorded as {changes[0][ev.value_col]!r} {conv.alt_unit}"
                 + (f" (and {len(rows) - 1} more rows)" if len(rows) > 1 else ""))
+        kind, reason = self.expected(ctx.template)
         return Injection(self.spec(Overlay((_replace_many(ctx, rows, changes),)), description=desc),
-                         "answer", cleaners=(cleaning.convert_units,))
+                         kind, reason, cleaners=(cleaning.convert_units,))
 
 
 @register_injector
 class MissingValue(Injector):
     subtype = "missing_value"
     requires = ("value_col",)
-    description = "the numeric result is missing (NULL, text placeholder)"
+    description = "the numeric result is missing (NULL, with the text the database uses for that)"
+    reason, empty_is_trap = "insufficient_evidence", True
+    rationale = ("the deciding result has no number: nothing gives the answer; an extra valueless row among many "
+                 "is simply not counted")
+
+    def fits(self, template) -> bool:
+        return not derivable(template.evidence.table, template.evidence.value_col)
+
+    def expected(self, template) -> tuple[str, str | None]:
+        return ("answer", None) if template.evidence.aggregate else ("abstain", self.reason)
 
     def inject(self, ctx: InjectContext) -> Injection | None:
         ev = ctx.evidence
         row = _focus(ctx)
         if row is None:
             return None
-        placeholder = MISSING_PLACEHOLDERS[int(ctx.rng.integers(0, len(MISSING_PLACEHOLDERS)))]
+        forms = list(_base_texts(ctx, digits=False)) or list(MISSING_PLACEHOLDERS)
+        placeholder = forms[int(ctx.rng.integers(0, min(len(forms), 5)))] if ev.text_col else None
         changes = _value_changes(ctx, None, placeholder)
         desc = f"{ev.value_col} NULL" + (f", {ev.text_col} {placeholder!r}" if ev.text_col else "")
-        if not ev.aggregate:
-            return Injection(self.spec(Overlay((_replace(ctx, row, changes),)), description=desc),
-                             "abstain", "insufficient_evidence")
+        kind, reason = self.expected(ctx.template)
+        if kind == "abstain":
+            return Injection(self.spec(Overlay((_replace(ctx, row, changes),)), description=desc), kind, reason)
         return Injection(self.spec(Overlay((_extra(ctx, row, changes),)), description="an extra row with " + desc),
-                         "answer", cleaners=(cleaning.drop_valueless,))
+                         kind, reason, cleaners=(cleaning.drop_valueless,))
 
 
 @register_injector
 class EncodingCorruption(Injector):
     subtype = "encoding_corruption"
     requires = ("value_col", "text_col")
-    description = "the number stored only as text ('1,2', '<0.3', '15.4 H')"
+    description = "the number stored only in the text column, in a form the database uses ('>300', '7.4')"
+    rationale = "the number is still in the text column: reading it from there recovers the answer"
 
     def inject(self, ctx: InjectContext) -> Injection | None:
         ev = ctx.evidence
         rows = _focus_rows(ctx)
         if not rows:
             return None
-        changes = []
-        for row in rows:
-            unit = row.get(ev.unit_col) if ev.unit_col else None
-            text = corrupted_text(row[ev.value_col], ctx.rng, row.get("ref_range_upper"), row.get("ref_range_lower"),
-                                  unit if unit and unit not in ("None", "units") else None)
-            changes.append(_value_changes(ctx, None, text))
+        forms = number_forms(_base_texts(ctx, digits=True)) or ["{v}"]
+        form = "{v}" if "{v}" in forms else forms[int(ctx.rng.integers(0, len(forms)))]
+        changes = [_value_changes(ctx, None, form.format(v=value_text(row[ev.value_col]))) for row in rows]
         desc = (f"{ev.value_col} {rows[0][ev.value_col]!r} stored only as text {changes[0][ev.text_col]!r}"
                 + (f" (and {len(rows) - 1} more rows)" if len(rows) > 1 else ""))
+        kind, reason = self.expected(ctx.template)
         return Injection(self.spec(Overlay((_replace_many(ctx, rows, changes),)), description=desc),
-                         "answer", cleaners=(cleaning.parse_text,))
+                         kind, reason, cleaners=(cleaning.parse_text,))
