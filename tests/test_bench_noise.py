@@ -43,7 +43,7 @@ def test_implausible_values_leave_the_physiologic_range(itemid, frac, low):
 
 def test_implausible_values_are_decimal_slips():
     assert implausible(90, (0, 350)) == 900  # integers stay integers
-    assert implausible(37.2, (20, 46)) == 372.3  # the decimal slip keeps the precision of the item
+    assert implausible(37.2, (20, 46)) == 372.4  # the decimal slip keeps the precision of the item
     assert implausible(138, (90, 200), low=True) == 13.8
 
 

@@ -52,7 +52,7 @@ def build_benchmark(db: str | Path, out: str | Path, config: str | BuildConfig =
             "distribution": ("even over (intent, level) cells with templates, then over noise levels, subtypes "
                              "and templates; deficits of a slot go to its cell, then to all slots "
                              "(ehrgym.bench.configs)")}
-    card = make_card(tasks, info)
+    card = make_card(tasks, info, db=Path(db), seed=int(seed))
     stats = builder.stats
     attempts = sum(stats.attempts.values())
     report = {

@@ -9,8 +9,8 @@ from typing import Any
 from ehrgym.bench.noise import cleaning
 from ehrgym.bench.noise.base import ROWID, InjectContext, Injection, Injector, register_injector
 from ehrgym.bench.noise.units import conversion_for
-from ehrgym.bench.noise.values import (MISSING_PLACEHOLDERS, derivable, finite, implausible, number_forms,
-                                       shift_times, typed_value, value_text)
+from ehrgym.bench.noise.values import (MISSING_PLACEHOLDERS, decimals_of, derivable, finite, format_like,
+                                       implausible, number_forms, shift_times, typed_value, with_decimals)
 from ehrgym.db.overlay import Overlay, TableEdit
 from ehrgym.db.schema import table_spec
 
@@ -126,7 +126,7 @@ class ImplausibleValue(Injector):
         bad = implausible(row[ev.value_col], bounds, low=ev.extreme == "low", readable=_unit_readable(ctx, bounds))
         if bad is None:
             return None
-        changes = _value_changes(ctx, bad, value_text(bad))
+        changes = _value_changes(ctx, bad, format_like(bad, row.get(ev.text_col) if ev.text_col else None))
         desc = f"{ev.value_col} {row[ev.value_col]!r} → {bad!r} (plausible {bounds[0]:g}–{bounds[1]:g})"
         kind, reason = self.expected(ctx.template)
         if kind == "abstain":
@@ -156,8 +156,11 @@ class UnitMismatch(Injector):
             return None
         changes = []
         for row in rows:
-            alt = conv.to_alt(row[ev.value_col])
-            ch = _value_changes(ctx, alt, value_text(alt))
+            # stored with the precision of the item's own values (a row in another unit looks like its
+            # neighbours); rows whose answer cannot be recovered at that precision fail verification
+            d = decimals_of(row[ev.value_col])
+            alt = with_decimals(conv.to_alt(row[ev.value_col], d), d)
+            ch = _value_changes(ctx, alt, format_like(alt, row.get(ev.text_col) if ev.text_col else None))
             ch[ev.unit_col] = conv.alt_unit
             if conv.alt_itemid is not None:
                 ch[ev.item_col] = conv.alt_itemid
@@ -215,7 +218,8 @@ class EncodingCorruption(Injector):
             return None
         forms = number_forms(_base_texts(ctx, digits=True)) or ["{v}"]
         form = "{v}" if "{v}" in forms else forms[int(ctx.rng.integers(0, len(forms)))]
-        changes = [_value_changes(ctx, None, form.format(v=value_text(row[ev.value_col]))) for row in rows]
+        changes = [_value_changes(ctx, None, form.format(v=format_like(row[ev.value_col], row.get(ev.text_col))))
+                   for row in rows]
         desc = (f"{ev.value_col} {rows[0][ev.value_col]!r} stored only as text {changes[0][ev.text_col]!r}"
                 + (f" (and {len(rows) - 1} more rows)" if len(rows) > 1 else ""))
         kind, reason = self.expected(ctx.template)

@@ -41,6 +41,30 @@ def value_text(value: float | None) -> str | None:
     return f"{value:.{max(decimals_of(value), 1)}f}"
 
 
+def format_like(value: float | None, like: Any) -> str | None:
+    """``value`` written as the text column writes the item's values: with the fixed number of
+    decimals of ``like`` (a base row's text, e.g. "3.0") when that is a plain number, else as
+    :func:`value_text` does."""
+    if value is None:
+        return None
+    import re
+
+    m = re.fullmatch(r"-?[0-9]+(?:\.([0-9]+))?", str(like).strip()) if like is not None else None
+    if m is None:
+        return value_text(value)
+    k = len(m.group(1) or "")
+    return f"{float(value):.{k}f}" if k else value_text(value)
+
+
+def with_decimals(value: float, d: int) -> float:
+    """``value`` carrying ``d`` decimals like the item's other values: a conversion or slip that
+    drops decimals (0.7935 mg → 793.5 mcg) gets its last decimal filled back in (793.5003)."""
+    if decimals_of(value) >= d or d <= 0:
+        return value
+    digit = 1 + int(round(abs(value) * 10 ** min(d, 6))) % 9
+    return round(value + math.copysign(digit * 10.0 ** -d, value if value else 1.0), d)
+
+
 def implausible(value: float, bounds: tuple[float, float], low: bool = False,
                 readable=None) -> float | None:
     """A decimal-slip or sign error far outside the plausible range (HR 90 → 900, T 37.2 → 372).
@@ -59,10 +83,7 @@ def implausible(value: float, bounds: tuple[float, float], low: bool = False,
     def same_precision(cand: float) -> float:
         # a slip drops decimals (7.38 → 73.8); values of an item carry the item's precision, so the
         # last decimal is filled back in (73.8 → 73.84) — still far outside the plausible range
-        if decimals_of(cand) >= d:
-            return cand
-        digit = 1 + int(round(abs(v) * 10 ** d)) % 9
-        return round(cand + math.copysign(digit * 10.0 ** -d, cand), d)
+        return with_decimals(cand, d)
 
     if not low:
         if v > 0:
