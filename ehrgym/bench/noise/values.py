@@ -42,18 +42,20 @@ def value_text(value: float | None) -> str | None:
 
 
 def format_like(value: float | None, like: Any) -> str | None:
-    """``value`` written as the text column writes the item's values: with the fixed number of
-    decimals of ``like`` (a base row's text, e.g. "3.0") when that is a plain number, else as
-    :func:`value_text` does."""
+    """``value`` written as the text column writes the item's values: with the comparator prefix
+    ("<=4" → "<=8") and the fixed number of decimals ("3.0" → "30.0") of ``like``, a base row's
+    text, when that is a number; else as :func:`value_text` does."""
     if value is None:
         return None
     import re
 
-    m = re.fullmatch(r"-?[0-9]+(?:\.([0-9]+))?", str(like).strip()) if like is not None else None
+    m = re.fullmatch(r"(<=|>=|=>|=<|<|>|=)?(\s*)-?[0-9]+(?:\.([0-9]+))?", str(like).strip()) \
+        if like is not None else None
     if m is None:
         return value_text(value)
-    k = len(m.group(1) or "")
-    return f"{float(value):.{k}f}" if k else value_text(value)
+    k = len(m.group(3) or "")
+    text = f"{float(value):.{k}f}" if k else value_text(value)
+    return f"{m.group(1) or ''}{m.group(2) if m.group(1) else ''}{text}"
 
 
 def with_decimals(value: float, d: int) -> float:
