@@ -10,6 +10,7 @@ answer — or ``None`` when this entity cannot carry the noise.
 from __future__ import annotations
 
 import datetime as dt
+import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -96,6 +97,15 @@ class InjectContext:
             return f"abs({v} - avg({v}) OVER ()) DESC NULLS LAST, e.rowid"
         return f"{t + ', ' if t else ''}e.rowid"
 
+    def one_sided_order(self) -> str | None:
+        """For an aggregate over many values ("any" focus): rows with the highest values first (the
+        lowest for min-type answers), so corrupting the first few moves the aggregate one way instead
+        of cancelling out; None when the focus already decides the order or there is no value."""
+        ev = self.evidence
+        if ev.focus != "any" or not ev.value_col:
+            return None
+        return self.focus_order("min" if ev.extreme == "low" else "max")
+
     def dense_id(self) -> str | None:
         """The evidence id column when the base numbers it 1, 2, 3 … in scan order (else None)."""
         ev = self.evidence
@@ -127,12 +137,13 @@ class InjectContext:
                                    [row["subject_id"]]).fetchone()[0]
         return int(got)
 
-    def ids_after(self, anchor: int, k: int) -> list[int]:
+    def ids_after(self, anchor: int, k: int, taken_by_edit: set[int] | None = None) -> list[int]:
         """Ids for ``k`` new rows following base row ``anchor``, drawn as the base draws them.
 
         Dense ids (see :meth:`dense_id`): the anchor's own id — the overlay view renumbers the
         table around the new rows. Other ids: the free values nearest above the anchor's id
-        (below the table's maximum; below the anchor when the values above are taken)."""
+        (below the table's maximum; below the anchor when the values above are taken), other than
+        those in ``taken_by_edit`` (ids given to other rows of the same edit; updated)."""
         ev = self.evidence
         if not ev.id_col:
             return []
@@ -152,12 +163,14 @@ class InjectContext:
                 continue
             taken = {int(r[0]) for r in self.con.execute(
                 f"SELECT {ev.id_col} FROM {src} WHERE {ev.id_col} BETWEEN ? AND ?", [lo, hi]).fetchall()}
-            free = [i for i in range(lo, hi + 1) if i not in taken]
+            free = [i for i in range(lo, hi + 1) if i not in taken and i not in (taken_by_edit or ())]
             out += free if lo > ref else free[::-1]
             if len(out) >= k:
                 break
         if len(out) < k:
             raise BenchmarkError(f"no free {ev.table}.{ev.id_col} values near {ref}")
+        if taken_by_edit is not None:
+            taken_by_edit.update(out[:k])
         return out[:k]
 
     def window_of(self, row: dict[str, Any]) -> tuple[dt.datetime, dt.datetime] | None:
@@ -171,6 +184,15 @@ class InjectContext:
         if got is None or got[0] is None or got[1] is None:
             return None
         return got[0], got[1]
+
+
+# share of a population aggregate's rows a record/value corruption touches (an interface that
+# re-sends or mis-stores a batch), and the cap: enough to move a cohort mean by the trap margin
+BATCH_SHARE, BATCH_MAX = 0.2, 50
+
+
+def batch_size(n: int) -> int:
+    return min(max(1, math.ceil(BATCH_SHARE * n)), BATCH_MAX, n)
 
 
 # answer types for which "none happened" is itself the answer (0 events, False)
@@ -202,15 +224,25 @@ class Injector:
         return NOISE_SUBTYPES[self.subtype]
 
     def applies(self, template: Template) -> bool:
+        """The template lists the subtype, its evidence can carry it, and the label is defensible."""
         if self.subtype not in template.noise:
             return False
-        if self.presupposes_event and template.answer.type in ZERO_IS_AN_ANSWER:
-            return False
+        return self.can_corrupt(template) and self.label_problem(template) is None
+
+    def can_corrupt(self, template: Template) -> bool:
+        """The template's evidence has what the injector needs (whether or not the template lists it)."""
         return all(getattr(template.evidence, a) for a in self.requires) and self.fits(template)
 
     def fits(self, template: Template) -> bool:
         """Extra static conditions (override)."""
         return True
+
+    def label_problem(self, template: Template) -> str | None:
+        """Why a careful analyst would dispute this subtype's expected outcome on ``template``
+        (None: no reason). Such templates get no pairs of the subtype (override to add rules)."""
+        if self.presupposes_event and template.answer.type in ZERO_IS_AN_ANSWER:
+            return f"a {template.answer.type} answer of 0/False is simply correct outside the record"
+        return None
 
     def accepts(self, template: Template, params: dict[str, Any]) -> bool:
         """Cheap per-entity pre-check before any SQL runs (override)."""

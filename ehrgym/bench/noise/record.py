@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
-import math
 from typing import Any
 
 from ehrgym.bench.noise import cleaning
-from ehrgym.bench.noise.base import ROWID, InjectContext, Injection, Injector, register_injector
+from ehrgym.bench.noise.base import ROWID, InjectContext, Injection, Injector, batch_size, register_injector
 from ehrgym.bench.noise.values import (conflicting, derivable, finite, format_like, parse_stamp, shift_times,
                                        shifted, typed_value)
 from ehrgym.db.overlay import Overlay, TableEdit
@@ -68,16 +67,18 @@ class DuplicateRecords(Injector):
 
     def inject(self, ctx: InjectContext) -> Injection | None:
         ev = ctx.evidence
-        rows = ctx.evidence_rows(limit=None)
+        rows = ctx.evidence_rows(order=ctx.one_sided_order(), limit=None)
         if not rows:
             return None
-        k = 1 if ctx.template.level == "patient" else min(max(1, math.ceil(0.1 * len(rows))), 25, len(rows))
+        # one re-stored row changes a count; a mean over many values needs a re-sent batch
+        many = ctx.template.level == "population" or (ev.value_col is not None and ev.focus == "any")
+        k = batch_size(len(rows)) if many else 1
         chosen = rows[:k]
-        copies, anchors = [], []
+        copies, anchors, given = [], [], set()
         for i, row in enumerate(chosen):
             c = _copy(row)
             if ev.id_col:
-                c[ev.id_col] = ctx.ids_after(row[ROWID], 1)[0]
+                c[ev.id_col] = ctx.ids_after(row[ROWID], 1, given)[0]
             if ev.store_col and c.get(ev.store_col) is not None:
                 c[ev.store_col] = (parse_stamp(c[ev.store_col]) + dt.timedelta(minutes=7 + i)).isoformat(sep=" ")
             copies.append(c)
@@ -97,6 +98,8 @@ class OutOfWindow(Injector):
 
     def inject(self, ctx: InjectContext) -> Injection | None:
         ev = ctx.evidence
+        if ev.value_col and ev.aggregate and ev.focus == "any":
+            return self._batch(ctx)
         rows = ctx.evidence_rows(limit=None)
         if not rows:
             return None
@@ -128,16 +131,46 @@ class OutOfWindow(Injector):
             after[ev.category_col] = other
         anchors = (ctx.anchor_for(focus, before[ev.time_col]), ctx.anchor_for(focus, after[ev.time_col]))
         if ev.id_col:
-            before[ev.id_col] = ctx.ids_after(anchors[0], 1)[0]
-            after[ev.id_col] = ctx.ids_after(anchors[1], 1)[0]
-        if before[ev.id_col] == after[ev.id_col] if ev.id_col and not ctx.dense_id() else False:
-            after[ev.id_col] = ctx.ids_after(anchors[1], 2)[1]
+            given: set[int] = set()
+            before[ev.id_col] = ctx.ids_after(anchors[0], 1, given)[0]
+            after[ev.id_col] = ctx.ids_after(anchors[1], 1, given)[0]
         edit = TableEdit(ev.table, (), (before, after), anchors, ctx.dense_id())
         kind, reason = self.expected(ctx.template)
         return Injection(self.spec(Overlay((edit,)), description=(
             f"2 {ev.table} rows linked to {ev.window.key} {focus.get(ev.window.key)} but timestamped "
             f"{hours_before} h before and {hours_after} h after it")), kind, reason,
             cleaners=(cleaning.keep_in_window,))
+
+    def _batch(self, ctx: InjectContext) -> Injection | None:
+        """For an aggregate over many values: copies of the highest (lowest, for min-type answers)
+        20 % of the rows, each timestamped whole days after the end of its own stay, with a value
+        shifted further the same way, so the aggregate moves by a meaningful margin."""
+        ev = ctx.evidence
+        rows = [r for r in ctx.evidence_rows(order=ctx.one_sided_order(), limit=None) if finite(r.get(ev.value_col))]
+        if not rows:
+            return None
+        bounds = cleaning.bounds_for(ev, ctx.params)
+        up = ev.extreme != "low"
+        copies, anchors, given = [], [], set()
+        for row in rows[:batch_size(len(rows))]:
+            window = ctx.window_of(row)
+            if window is None:
+                continue
+            days = (window[1] - parse_stamp(row[ev.time_col])).days + 2 + int(ctx.rng.integers(0, 2))
+            c = _set_value(ctx, shift_times(_copy(row), ev.table, dt.timedelta(days=days)),
+                           shifted(row[ev.value_col], up, bounds))
+            anchor = ctx.anchor_for(row, c[ev.time_col])
+            if ev.id_col:
+                c[ev.id_col] = ctx.ids_after(anchor, 1, given)[0]
+            copies.append(c)
+            anchors.append(anchor)
+        if not copies:
+            return None
+        edit = TableEdit(ev.table, (), tuple(copies), tuple(anchors), ctx.dense_id())
+        kind, reason = self.expected(ctx.template)
+        return Injection(self.spec(Overlay((edit,)), description=(
+            f"{len(copies)} {ev.table} rows linked to their {ev.window.key} but timestamped days after it")),
+            kind, reason, cleaners=(cleaning.keep_in_window,))
 
 
 @register_injector
@@ -153,10 +186,19 @@ class ConflictingRecords(Injector):
                                                  "poe_detail", "inputevents"})
 
     def fits(self, template) -> bool:
+        return bool(template.evidence.value_col or template.evidence.category_col)
+
+    def label_problem(self, template) -> str | None:
         ev = template.evidence
-        if ev.table in self.ORDERING_TABLES or derivable(ev.table, ev.value_col):
-            return False
-        return bool(ev.value_col or ev.category_col)
+        if ev.table in self.ORDERING_TABLES:
+            return f"several {ev.table} rows per key are ordinary co-ordering, not a contradiction"
+        if derivable(ev.table, ev.value_col):
+            return f"{ev.table}.{ev.value_col} is recovered exactly from other columns"
+        if template.answer.type in ("integer", "boolean"):
+            return "a count does not depend on which of two contradicting records is right"
+        if ev.aggregate and ev.focus == "any":
+            return "one contradicting record among the many an aggregate sums up does not change it meaningfully"
+        return super().label_problem(template)
 
     def inject(self, ctx: InjectContext) -> Injection | None:
         ev = ctx.evidence
@@ -168,7 +210,11 @@ class ConflictingRecords(Injector):
         if ev.value_col:
             if not finite(focus.get(ev.value_col)):
                 return None
-            c = _set_value(ctx, c, conflicting(focus[ev.value_col], ctx.rng, cleaning.bounds_for(ev, ctx.params)))
+            # the direction that changes the answer: a higher reading of the maximum changes a maximum,
+            # a lower one changes which row is the maximum (argmax answers); mirrored for minima
+            numeric = ctx.template.answer.type == "number"
+            up = {"max": numeric, "min": not numeric}.get(ev.focus)
+            c = _set_value(ctx, c, conflicting(focus[ev.value_col], ctx.rng, cleaning.bounds_for(ev, ctx.params), up))
             if c[ev.value_col] == focus[ev.value_col]:
                 return None
         else:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
-import math
 from typing import Any
 
 from ehrgym.bench.noise import cleaning
-from ehrgym.bench.noise.base import ROWID, InjectContext, Injection, Injector, register_injector
+from ehrgym.bench.noise.base import ROWID, InjectContext, Injection, Injector, batch_size, register_injector
 from ehrgym.bench.noise.units import conversion_for
 from ehrgym.bench.noise.values import (MISSING_PLACEHOLDERS, decimals_of, derivable, finite, format_like,
                                        implausible, number_forms, shift_times, typed_value, with_decimals)
@@ -22,16 +21,17 @@ def _focus(ctx: InjectContext) -> dict[str, Any] | None:
     return rows[0]
 
 
-def _focus_rows(ctx: InjectContext) -> list[dict[str, Any]]:
-    """The rows to corrupt: the deciding row, or for a population aggregate over many rows the
-    most influential 10 % (at most 25) so that the corruption is visible in the aggregate."""
+def _focus_rows(ctx: InjectContext, patient_batch: bool = True) -> list[dict[str, Any]]:
+    """The rows to corrupt: the deciding row, or for an aggregate over many values the 20 % (at
+    most 50, :func:`~ehrgym.bench.noise.base.batch_size`) with the highest values (lowest for
+    min-type answers), so that the corruption moves the aggregate one way and visibly (for one
+    patient only with ``patient_batch``: a unit slip of one row already moves a patient's sum)."""
     ev = ctx.evidence
-    if ctx.template.level == "patient" or not ev.aggregate or ev.focus != "any":
+    if not ev.aggregate or ev.focus != "any" or (ctx.template.level == "patient" and not patient_batch):
         row = _focus(ctx)
         return [row] if row is not None else []
-    rows = [r for r in ctx.evidence_rows(limit=None) if finite(r.get(ev.value_col))]
-    k = min(max(1, math.ceil(0.1 * len(rows))), 25)
-    return rows[:k]
+    rows = [r for r in ctx.evidence_rows(order=ctx.one_sided_order(), limit=None) if finite(r.get(ev.value_col))]
+    return rows[:batch_size(len(rows))]
 
 
 def _replace_many(ctx: InjectContext, rows: list[dict[str, Any]], changes: list[dict[str, Any]]) -> TableEdit:
@@ -82,6 +82,20 @@ def _base_texts(ctx: InjectContext, digits: bool) -> list[str]:
     return []
 
 
+def _item_decimals(ctx: InjectContext, itemid: int) -> int | None:
+    """The most common number of decimals of the base's values of ``itemid`` (None: no values)."""
+    ev = ctx.evidence
+    src = f"{ctx.base}.{table_spec(ev.table).qualified}"
+    vals = [r[0] for r in ctx.query(f"SELECT {ev.value_col} FROM {src} WHERE {ev.item_col} = {int(itemid)} "
+                                    f"AND {ev.value_col} IS NOT NULL LIMIT 500")]
+    if not vals:
+        return None
+    counts: dict[int, int] = {}
+    for v in vals:
+        counts[decimals_of(v)] = counts.get(decimals_of(v), 0) + 1
+    return max(sorted(counts), key=lambda d: counts[d])
+
+
 def _unit_readable(ctx: InjectContext, bounds: tuple[float, float]):
     """True for a value that reads as a plausible value of the item in another unit it is
     recorded in (creatinine 80 = 80 µmol/L), so it cannot stand for an impossible one."""
@@ -111,8 +125,11 @@ class ImplausibleValue(Injector):
                  "one such row deciding the answer leaves nothing to answer with; an extra such row among "
                  "many is dropped by a plausibility filter")
 
-    def fits(self, template) -> bool:
-        return not derivable(template.evidence.table, template.evidence.value_col)
+    def label_problem(self, template) -> str | None:
+        ev = template.evidence
+        if derivable(ev.table, ev.value_col):
+            return f"{ev.table}.{ev.value_col} is recovered exactly from other columns"
+        return super().label_problem(template)
 
     def expected(self, template) -> tuple[str, str | None]:
         return ("answer", None) if template.evidence.aggregate else ("abstain", self.reason)
@@ -151,14 +168,16 @@ class UnitMismatch(Injector):
     def inject(self, ctx: InjectContext) -> Injection | None:
         ev = ctx.evidence
         conv = conversion_for(ctx.params.get(ev.item_param))
-        rows = _focus_rows(ctx)
+        rows = _focus_rows(ctx, patient_batch=False)
         if conv is None or not rows:
             return None
+        # a row moved to the item of the other unit (°F → °C) is written like that item's values
+        alt_decimals = _item_decimals(ctx, conv.alt_itemid) if conv.alt_itemid is not None else None
         changes = []
         for row in rows:
             # stored with the precision of the item's own values (a row in another unit looks like its
             # neighbours); rows whose answer cannot be recovered at that precision fail verification
-            d = decimals_of(row[ev.value_col])
+            d = alt_decimals if alt_decimals is not None else decimals_of(row[ev.value_col])
             alt = with_decimals(conv.to_alt(row[ev.value_col], d), d)
             ch = _value_changes(ctx, alt, format_like(alt, row.get(ev.text_col) if ev.text_col else None))
             ch[ev.unit_col] = conv.alt_unit
@@ -182,8 +201,11 @@ class MissingValue(Injector):
     rationale = ("the deciding result has no number: nothing gives the answer; an extra valueless row among many "
                  "is simply not counted")
 
-    def fits(self, template) -> bool:
-        return not derivable(template.evidence.table, template.evidence.value_col)
+    def label_problem(self, template) -> str | None:
+        ev = template.evidence
+        if derivable(ev.table, ev.value_col):
+            return f"{ev.table}.{ev.value_col} is recovered exactly from other columns"
+        return super().label_problem(template)
 
     def expected(self, template) -> tuple[str, str | None]:
         return ("answer", None) if template.evidence.aggregate else ("abstain", self.reason)

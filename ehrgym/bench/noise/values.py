@@ -116,11 +116,14 @@ def shifted(value: float, up: bool, bounds: tuple[float, float] | None) -> float
     return out
 
 
-def conflicting(value: float, rng: np.random.Generator, bounds: tuple[float, float] | None) -> float:
-    """A contradictory reading of the same sample: 20-40 % away, inside the plausible range."""
+def conflicting(value: float, rng: np.random.Generator, bounds: tuple[float, float] | None,
+                up: bool | None = None) -> float:
+    """A contradictory reading of the same sample: 20-40 % away (above it for ``up``, below for
+    not ``up``, either for None), inside the plausible range."""
     v = float(value)
     frac = float(rng.uniform(0.2, 0.4))
-    up = bool(rng.integers(0, 2))
+    coin = bool(rng.integers(0, 2))
+    up = coin if up is None else up
     if v == 0:
         return 1.0
     target = v * (1 + frac) if up else v * (1 - frac)
