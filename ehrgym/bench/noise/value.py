@@ -120,7 +120,7 @@ class ImplausibleValue(Injector):
     subtype = "implausible_value"
     requires = ("value_col",)
     description = "a physiologically impossible value (decimal slip or sign error)"
-    reason = "implausible_value"
+    outcome, reason = "abstain", "implausible_value"
     rationale = ("a value outside physiology and the real data's 0.1-99.9 % range, not readable in another unit: "
                  "one such row deciding the answer leaves nothing to answer with; an extra such row among "
                  "many is dropped by a plausibility filter")
@@ -197,7 +197,7 @@ class MissingValue(Injector):
     subtype = "missing_value"
     requires = ("value_col",)
     description = "the numeric result is missing (NULL, with the text the database uses for that)"
-    reason, empty_is_trap = "insufficient_evidence", True
+    outcome, reason, empty_is_trap = "abstain", "insufficient_evidence", True
     rationale = ("the deciding result has no number: nothing gives the answer; an extra valueless row among many "
                  "is simply not counted")
 
