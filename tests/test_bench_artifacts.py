@@ -80,7 +80,11 @@ def test_the_classifier_finds_a_real_artifact():
     assert balanced_accuracy(y, DepthLimitedTree(1).fit(x, y).predict(x)) > 0.95
 
 
-def test_inserted_rows_scan_where_their_anchor_is(session):
+@pytest.mark.parametrize("segments", [64, 1], ids=["rowid-ranges", "sorted-span"])
+def test_inserted_rows_scan_where_their_anchor_is(session, segments, monkeypatch):
+    from ehrgym.db import overlay
+
+    monkeypatch.setattr(overlay, "SEGMENTS", segments)
     con = session.con
     base = [r[0] for r in con.execute("SELECT labevent_id FROM base.mimiciv_hosp.labevents").fetchall()]
     anchors = (5, 9, 9, len(base) - 1)

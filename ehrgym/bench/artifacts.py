@@ -230,11 +230,11 @@ def collect(db: str | Path, tasks: list[Task], seed: int = 0, per_subtype: int =
     return out
 
 
-def artifact_report(db: str | Path, tasks: list[Task], seed: int = 0) -> dict[str, Any]:
-    """``{subtype: {balanced_accuracy, tasks, touched_rows, base_rows}}`` and the bar."""
+def artifact_report(db: str | Path, tasks: list[Task], seed: int = 0, per_subtype: int = 80) -> dict[str, Any]:
+    """``{subtype: {balanced_accuracy, entities, touched_rows, base_rows}}`` and the bar."""
     report: dict[str, Any] = {}
-    for sub, rows in collect(db, tasks, seed).items():
+    for sub, rows in collect(db, tasks, seed, per_subtype).items():
         report[sub] = {"balanced_accuracy": round(held_out_accuracy(rows), 3),
                        "entities": int(len(set(rows.task.tolist()))),
                        "touched_rows": int(rows.labels.sum()), "base_rows": int((rows.labels == 0).sum())}
-    return {"bar": BAR, "features": list(FEATURES), "by_subtype": report}
+    return {"bar": BAR, "features": list(FEATURES), "tasks_per_subtype": per_subtype, "by_subtype": report}

@@ -28,6 +28,7 @@ from ehrgym.errors import OverlayError
 JsonRow = dict[str, Any]
 
 END = -2  # anchor of a row appended after the last base row (overlays written without anchors)
+SEGMENTS = 64  # up to this many anchors a view scans rowid ranges (≈0.5 ms each); beyond, it sorts the span
 
 
 @dataclass(frozen=True)
@@ -241,12 +242,22 @@ def _view_sql(spec: TableSpec, base: str, edit: TableEdit | None) -> str:
     anchored = sorted((p for p in placed if p[0] != END), key=lambda p: (p[0], p[1]))
     tail = [p for p in placed if p[0] == END]
     parts: list[str] = []
-    if anchored:
+    stops = sorted({a for a, _, _ in anchored})
+    if anchored and len(stops) <= SEGMENTS:
+        # few anchors: base rows in rowid ranges (pushed into the scan) with the new rows between
+        prev = None
+        for stop in stops:
+            lo = f"rowid > {prev} AND " if prev is not None else ""
+            parts.append(f"SELECT {proj} FROM {source} WHERE {lo}rowid <= {stop} AND {not_in}")
+            parts += [literal(a, j, r, False) for a, j, r in anchored if a == stop]
+            prev = stop
+        parts.append(f"SELECT {proj} FROM {source} WHERE rowid > {prev} AND {not_in}")
+    elif anchored:
         lo, hi = anchored[0][0], anchored[-1][0]
         parts.append(f"SELECT {proj} FROM {source} WHERE rowid <= {lo} AND {not_in}")
         if lo == hi:
             parts += [literal(a, j, r, False) for a, j, r in anchored]
-        else:  # base rows between the first and the last anchor, sorted together with the new ones
+        else:  # many anchors: the base rows between the first and the last, sorted with the new ones
             middle = [f"SELECT rowid AS __pos, 0 AS __kind, 0 AS __j, {proj} FROM {source} "
                       f"WHERE rowid > {lo} AND rowid <= {hi} AND {not_in}"]
             middle += [literal(a, j, r, True) for a, j, r in anchored]

@@ -122,23 +122,33 @@ class InjectContext:
             self.max_ids[key] = bool(n and distinct == n and hi - lo + 1 == n and aligned)
         return ev.id_col if self.max_ids[key] else None
 
-    def anchor_for(self, row: dict[str, Any], time: Any = None) -> int:
-        """The base rowid a new row copied from ``row`` (timestamped ``time``) follows in scan order:
-        ``row`` itself, or for a moved timestamp the last row of the same subject stored before it."""
+    def anchor_for(self, row: dict[str, Any], time: Any = None) -> tuple[int, Any]:
+        """Where a new row copied from ``row`` (timestamped ``time``) goes in scan order: the base
+        rowid it follows and that row's id (``row`` itself; for a moved timestamp the last row of
+        the same subject stored before ``time``, or just before the subject's first row)."""
         ev = self.evidence
+        own = (int(row[ROWID]), row.get(ev.id_col) if ev.id_col else None)
         if time is None or not ev.time_col or "subject_id" not in row or row.get(ev.time_col) == time:
-            return int(row[ROWID])
-        spec = table_spec(ev.table)
-        src = f"{self.base}.{spec.qualified}"
-        got = self.con.execute(f"SELECT max(rowid) FROM {src} WHERE subject_id = ? AND {ev.time_col} <= ?",
-                               [row["subject_id"], time]).fetchone()[0]
-        if got is None:
-            got = self.con.execute(f"SELECT min(rowid) - 1 FROM {src} WHERE subject_id = ?",
-                                   [row["subject_id"]]).fetchone()[0]
-        return int(got)
+            return own
+        src = f"{self.base}.{table_spec(ev.table).qualified}"
+        idc = ev.id_col or "NULL"
+        got = self.con.execute(f"SELECT rowid, {idc} FROM {src} WHERE subject_id = ? AND {ev.time_col} <= ? "
+                               f"ORDER BY rowid DESC LIMIT 1", [row["subject_id"], time]).fetchone()
+        if got is not None:
+            return int(got[0]), got[1]
+        first = self.con.execute(f"SELECT rowid, {idc} FROM {src} WHERE subject_id = ? ORDER BY rowid LIMIT 1",
+                                 [row["subject_id"]]).fetchone()
+        return self.before(int(first[0]), first[1])
 
-    def ids_after(self, anchor: int, k: int, taken_by_edit: set[int] | None = None) -> list[int]:
-        """Ids for ``k`` new rows following base row ``anchor``, drawn as the base draws them.
+    def before(self, rowid: int, row_id: Any) -> tuple[int, Any]:
+        """The anchor placing a new row just before base row ``rowid`` (whose id is ``row_id``)."""
+        if row_id is not None and self.dense_id():
+            return rowid - 1, int(row_id) - 1
+        return rowid - 1, row_id
+
+    def ids_after(self, anchor: tuple[int, Any], k: int, taken_by_edit: set[int] | None = None) -> list[int]:
+        """Ids for ``k`` new rows following ``anchor`` (see :meth:`anchor_for`), drawn as the base
+        draws them.
 
         Dense ids (see :meth:`dense_id`): the anchor's own id — the overlay view renumbers the
         table around the new rows. Other ids: the free values nearest above the anchor's id
@@ -149,10 +159,9 @@ class InjectContext:
             return []
         spec = table_spec(ev.table)
         src = f"{self.base}.{spec.qualified}"
-        at = self.con.execute(f"SELECT {ev.id_col} FROM {src} WHERE rowid = ?", [max(anchor, 0)]).fetchone()
-        ref = int(at[0]) if at and at[0] is not None else 0
+        ref = int(anchor[1]) if anchor[1] is not None else 0
         if self.dense_id():
-            return [ref - (1 if anchor < 0 else 0)] * k
+            return [ref] * k
         key = ("max", ev.table, ev.id_col)
         if key not in self.max_ids:
             self.max_ids[key] = int(self.con.execute(f"SELECT max({ev.id_col}) FROM {src}").fetchone()[0] or 0)

@@ -78,7 +78,7 @@ class DuplicateRecords(Injector):
         for i, row in enumerate(chosen):
             c = _copy(row)
             if ev.id_col:
-                c[ev.id_col] = ctx.ids_after(row[ROWID], 1, given)[0]
+                c[ev.id_col] = ctx.ids_after(ctx.anchor_for(row), 1, given)[0]
             if ev.store_col and c.get(ev.store_col) is not None:
                 c[ev.store_col] = (parse_stamp(c[ev.store_col]) + dt.timedelta(minutes=7 + i)).isoformat(sep=" ")
             copies.append(c)
@@ -129,12 +129,12 @@ class OutOfWindow(Injector):
                 return None
             before[ev.category_col] = other
             after[ev.category_col] = other
-        anchors = (ctx.anchor_for(focus, before[ev.time_col]), ctx.anchor_for(focus, after[ev.time_col]))
+        places = (ctx.anchor_for(focus, before[ev.time_col]), ctx.anchor_for(focus, after[ev.time_col]))
         if ev.id_col:
             given: set[int] = set()
-            before[ev.id_col] = ctx.ids_after(anchors[0], 1, given)[0]
-            after[ev.id_col] = ctx.ids_after(anchors[1], 1, given)[0]
-        edit = TableEdit(ev.table, (), (before, after), anchors, ctx.dense_id())
+            before[ev.id_col] = ctx.ids_after(places[0], 1, given)[0]
+            after[ev.id_col] = ctx.ids_after(places[1], 1, given)[0]
+        edit = TableEdit(ev.table, (), (before, after), (places[0][0], places[1][0]), ctx.dense_id())
         kind, reason = self.expected(ctx.template)
         return Injection(self.spec(Overlay((edit,)), description=(
             f"2 {ev.table} rows linked to {ev.window.key} {focus.get(ev.window.key)} but timestamped "
@@ -159,11 +159,11 @@ class OutOfWindow(Injector):
             days = (window[1] - parse_stamp(row[ev.time_col])).days + 2 + int(ctx.rng.integers(0, 2))
             c = _set_value(ctx, shift_times(_copy(row), ev.table, dt.timedelta(days=days)),
                            shifted(row[ev.value_col], up, bounds))
-            anchor = ctx.anchor_for(row, c[ev.time_col])
+            place = ctx.anchor_for(row, c[ev.time_col])
             if ev.id_col:
-                c[ev.id_col] = ctx.ids_after(anchor, 1, given)[0]
+                c[ev.id_col] = ctx.ids_after(place, 1, given)[0]
             copies.append(c)
-            anchors.append(anchor)
+            anchors.append(place[0])
         if not copies:
             return None
         edit = TableEdit(ev.table, (), tuple(copies), tuple(anchors), ctx.dense_id())
@@ -227,7 +227,7 @@ class ConflictingRecords(Injector):
         # the world where the contradicting record is the true one: it must give another answer
         alternative = Overlay((TableEdit(ev.table, (focus[ROWID],), (dict(c),), (focus[ROWID],)),))
         if ev.id_col:
-            c[ev.id_col] = ctx.ids_after(focus[ROWID], 1)[0]
+            c[ev.id_col] = ctx.ids_after(ctx.anchor_for(focus), 1)[0]
         edit = TableEdit(ev.table, (), (c,), (focus[ROWID],), ctx.dense_id())
         shown = c.get(ev.value_col) if ev.value_col else c.get(ev.category_col)
         was = focus.get(ev.value_col) if ev.value_col else focus.get(ev.category_col)

@@ -55,10 +55,11 @@ def _extra(ctx: InjectContext, row: dict[str, Any], changes: dict[str, Any]) -> 
     minutes = -1 if ev.focus == "first" else 1
     new = shift_times({k: v for k, v in row.items() if k != ROWID}, ev.table, dt.timedelta(minutes=minutes))
     new.update(changes)
-    anchor = ctx.anchor_for(row, new.get(ev.time_col) if ev.time_col else None)
+    own = ctx.anchor_for(row)
+    place = ctx.before(*own) if minutes < 0 else own  # a minute apart: right before / after its source
     if ev.id_col:
-        new[ev.id_col] = ctx.ids_after(anchor, 1)[0]
-    return TableEdit(ev.table, (), (new,), (anchor,), ctx.dense_id())
+        new[ev.id_col] = ctx.ids_after(place, 1)[0]
+    return TableEdit(ev.table, (), (new,), (place[0],), ctx.dense_id())
 
 
 def _base_texts(ctx: InjectContext, digits: bool) -> list[str]:
