@@ -250,7 +250,7 @@ class Injector:
         """Why a careful analyst would dispute this subtype's expected outcome on ``template``
         (None: no reason). Such templates get no pairs of the subtype (override to add rules)."""
         if self.presupposes_event and template.answer.type in ZERO_IS_AN_ANSWER:
-            return f"a {template.answer.type} answer of 0/False is simply correct outside the record"
+            return f"for a {template.answer.type!r} answer 0/False is simply correct outside the record"
         return None
 
     def accepts(self, template: Template, params: dict[str, Any]) -> bool:
