@@ -3,7 +3,7 @@
 For every noisy task whose overlay inserts rows, the shadowed table is scanned (the rows of the
 same item/drug as the inserted ones, in scan order) and each row described by storage features
 only — id rank, scan-position rank, their difference, NULL pattern, number of decimals, text
-form, time precision. A depth-3 decision tree (balanced class weights) learns to tell the rows the
+form, time precision — beside untouched rows of the same patients (then of the table and item). A depth-3 decision tree (balanced class weights) learns to tell the rows the
 overlay touched from the base rows of the same table and item; it is scored on held-out tasks
 (5 folds; tasks about the same patient, or the same cohort, stay in one fold — the same entity
 under several templates would otherwise let the tree recognise the rows themselves). Chance is
@@ -98,9 +98,20 @@ def task_rows(session: OverlaySession, task: Task, rng: np.random.Generator) -> 
                             for r in rows])
             order = np.argsort(np.argsort(np.nan_to_num(ids, nan=-1e18), kind="stable"), kind="stable")
             id_rank = order / max(len(rows) - 1, 1)
+        # base rows to compare with: first the untouched rows of the same patients (what an agent
+        # looking at the question's patient sees beside the noise), then others of the table and item
         others = [i for i in range(len(rows)) if i not in touched]
-        pick = sorted(rng.choice(others, size=min(len(others), 3 * len(touched)), replace=False).tolist()) \
-            if others else []
+        want = 3 * len(touched)
+        pick: list[int] = []
+        if "subject_id" in cols:
+            k = cols.index("subject_id")
+            subjects = {rows[i][k] for i in touched}
+            near = [i for i in others if rows[i][k] in subjects]
+            pick = rng.choice(near, size=min(len(near), want), replace=False).tolist() if near else []
+        rest = [i for i in others if i not in set(pick)]
+        if len(pick) < want and rest:
+            pick += rng.choice(rest, size=min(len(rest), want - len(pick)), replace=False).tolist()
+        pick = sorted(pick)
         vcol = ev.value_col if ev.table == table else None
         tcol = ev.text_col if ev.table == table else None
         time_col = ev.time_col if ev.table == table else None
