@@ -52,8 +52,8 @@ class MissingEvidence(Injector):
         rows = ctx.evidence_rows(order="e.rowid", limit=MAX_DELETED_ROWS + 1)
         if not rows or len(rows) > MAX_DELETED_ROWS:
             return None
-        edit = TableEdit(ctx.evidence.table, tuple(r[ROWID] for r in rows))
-        edit = TableEdit(ctx.evidence.table, edit.delete_rowids, dense_id=ctx.dense_id())
+        # ids numbered densely by the base are renumbered around the gap, as the base would have
+        edit = TableEdit(ctx.evidence.table, tuple(r[ROWID] for r in rows), dense_id=ctx.dense_id())
         kind, reason = self.expected(ctx.template)
         return Injection(self.spec(Overlay((edit,)), description=f"{len(rows)} {ctx.evidence.table} rows deleted"),
                          kind, reason)
