@@ -86,9 +86,14 @@ def task_rows(session: OverlaySession, task: Task, rng: np.random.Generator) -> 
         if not rows:
             continue
         skip = {edit.dense_id} if edit.dense_id else set()
-        keyed = [tuple((c, to_json_value(v)) for c, v in zip(cols, r) if c not in skip) for r in rows]
-        wanted = [tuple((c, to_json_value(r.get(c))) for c in cols if c not in skip) for r in edit.insert_rows]
-        touched = {i for i, k in enumerate(keyed) if k in set(wanted)}
+        wanted = {tuple((c, to_json_value(r.get(c))) for c in cols if c not in skip) for r in edit.insert_rows}
+        maybe = range(len(rows))
+        if "subject_id" in cols:  # only rows of the inserted rows' patients can be them
+            k = cols.index("subject_id")
+            subjects = {r.get("subject_id") for r in edit.insert_rows}
+            maybe = [i for i in maybe if rows[i][k] in subjects]
+        touched = {i for i in maybe
+                   if tuple((c, to_json_value(v)) for c, v in zip(cols, rows[i]) if c not in skip) in wanted}
         if not touched:
             continue
         id_col = ev.id_col if ev.table == table and ev.id_col in cols else None

@@ -76,25 +76,33 @@ def _base_texts(ctx: InjectContext, digits: bool) -> list[str]:
         scopes.append(f"{ev.item_col} = {int(ctx.params[ev.item_param])} AND ")
     scopes.append("")
     for scope in scopes:
-        got = [r[0] for r in ctx.query(f"SELECT {ev.text_col}, count(*) AS n FROM {src} WHERE {scope}{cond} "
-                                       f"GROUP BY 1 ORDER BY n DESC, 1 LIMIT 50")]
-        if got:
-            return got
+        key = ("texts", ev.table, scope, cond)  # one scan per table/item and build, not per pair
+        if key not in ctx.max_ids:
+            ctx.max_ids[key] = [r[0] for r in ctx.query(
+                f"SELECT {ev.text_col}, count(*) AS n FROM {src} WHERE {scope}{cond} "
+                f"GROUP BY 1 ORDER BY n DESC, 1 LIMIT 50")]
+        if ctx.max_ids[key]:
+            return list(ctx.max_ids[key])
     return []
 
 
 def _item_decimals(ctx: InjectContext, itemid: int) -> int | None:
     """The most common number of decimals of the base's values of ``itemid`` (None: no values)."""
     ev = ctx.evidence
+    key = ("decimals", ev.table, int(itemid))
+    if key in ctx.max_ids:
+        return ctx.max_ids[key]
     src = f"{ctx.base}.{table_spec(ev.table).qualified}"
     vals = [r[0] for r in ctx.query(f"SELECT {ev.value_col} FROM {src} WHERE {ev.item_col} = {int(itemid)} "
                                     f"AND {ev.value_col} IS NOT NULL LIMIT 500")]
     if not vals:
+        ctx.max_ids[key] = None
         return None
     counts: dict[int, int] = {}
     for v in vals:
         counts[decimals_of(v)] = counts.get(decimals_of(v), 0) + 1
-    return max(sorted(counts), key=lambda d: counts[d])
+    ctx.max_ids[key] = max(sorted(counts), key=lambda d: counts[d])
+    return ctx.max_ids[key]
 
 
 def _unit_readable(ctx: InjectContext, bounds: tuple[float, float]):
