@@ -3,7 +3,7 @@
 For every noisy task whose overlay inserts rows, the shadowed table is scanned (the rows of the
 same item/drug as the inserted ones, in scan order) and each row described by storage features
 only — id rank, scan-position rank, their difference, NULL pattern, number of decimals, text
-form, time precision — beside untouched rows of the same patients (then of the table and item). A depth-3 decision tree (balanced class weights) learns to tell the rows the
+form, time precision — beside untouched rows of the same patients, table and item. A depth-3 decision tree (balanced class weights) learns to tell the rows the
 overlay touched from the base rows of the same table and item; it is scored on held-out tasks
 (5 folds; tasks about the same patient, or the same cohort, stay in one fold — the same entity
 under several templates would otherwise let the tree recognise the rows themselves). Chance is
@@ -17,6 +17,7 @@ import math
 import re
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -60,9 +61,14 @@ def _stamp(value: Any) -> dt.datetime | None:
     return None
 
 
+@lru_cache(maxsize=1)
+def _templates() -> dict[str, Any]:
+    return {t.id: t for t in all_templates()}
+
+
 def task_rows(session: OverlaySession, task: Task, rng: np.random.Generator) -> tuple[list[list[float]], list[int]]:
     """Features and labels of the touched rows of one noisy task and of base rows beside them."""
-    template = {t.id: t for t in all_templates()}.get(task.template_id)
+    template = _templates().get(task.template_id)
     if template is None or task.noise is None or task.noise.overlay.is_empty:
         return [], []
     ev = template.evidence
@@ -80,49 +86,64 @@ def task_rows(session: OverlaySession, task: Task, rng: np.random.Generator) -> 
         if group:
             vals = sorted({r[group] for r in edit.insert_rows}, key=str)
             where = f" WHERE {group} IN ({', '.join('?' for _ in vals)})"
-        cur = session.con.execute(f"SELECT * FROM {spec.qualified}{where} LIMIT {MAX_ROWS_PER_GROUP}", vals)
-        cols = [d[0] for d in cur.description]
-        rows = cur.fetchall()
-        if not rows:
+        id_col = ev.id_col if ev.table == table and ev.id_col in names else None
+        # scan order and ids of the whole group (two narrow columns), full rows of its patients only
+        subject = "subject_id" if "subject_id" in names else "NULL"
+        slim = session.con.execute(f"SELECT {subject}, {id_col or 'NULL'} FROM {spec.qualified}{where} "
+                                   f"LIMIT {MAX_ROWS_PER_GROUP}", vals).fetchall()
+        if not slim:
             continue
+        subjects = {r.get("subject_id") for r in edit.insert_rows}
+        mine = [i for i, r in enumerate(slim) if subject == "NULL" or r[0] in subjects]
+        cond = (" AND " if where else " WHERE ") + f"subject_id IN ({', '.join('?' for _ in subjects)})" \
+            if subject != "NULL" else ""
+        cur = session.con.execute(f"SELECT * FROM {spec.qualified}{where}{cond}",
+                                  vals + (sorted(subjects, key=str) if cond else []))
+        cols = [d[0] for d in cur.description]
+        rows = dict(zip(mine, cur.fetchall()))  # same scan order: the k-th of them is the k-th of ``mine``
         skip = {edit.dense_id} if edit.dense_id else set()
         wanted = {tuple((c, to_json_value(r.get(c))) for c in cols if c not in skip) for r in edit.insert_rows}
-        maybe = range(len(rows))
-        if "subject_id" in cols:  # only rows of the inserted rows' patients can be them
-            k = cols.index("subject_id")
-            subjects = {r.get("subject_id") for r in edit.insert_rows}
-            maybe = [i for i in maybe if rows[i][k] in subjects]
-        touched = {i for i in maybe
-                   if tuple((c, to_json_value(v)) for c, v in zip(cols, rows[i]) if c not in skip) in wanted}
+        touched = {i for i, row in rows.items()
+                   if tuple((c, to_json_value(v)) for c, v in zip(cols, row) if c not in skip) in wanted}
         if not touched:
             continue
-        id_col = ev.id_col if ev.table == table and ev.id_col in cols else None
+        n = len(slim)
         id_rank = None
         if id_col:
-            ids = np.array([float(r[cols.index(id_col)]) if r[cols.index(id_col)] is not None else np.nan
-                            for r in rows])
+            ids = np.array([float(r[1]) if r[1] is not None else np.nan for r in slim])
             order = np.argsort(np.argsort(np.nan_to_num(ids, nan=-1e18), kind="stable"), kind="stable")
-            id_rank = order / max(len(rows) - 1, 1)
-        # base rows to compare with: first the untouched rows of the same patients (what an agent
-        # looking at the question's patient sees beside the noise), then others of the table and item
-        others = [i for i in range(len(rows)) if i not in touched]
+            id_rank = order / max(n - 1, 1)
+        # base rows to compare with: first untouched rows of the same patients (what an agent looking
+        # at the question's patients sees beside the noise), then rows of other patients of the item
+        near = [i for i in rows if i not in touched]
         want = 3 * len(touched)
-        pick: list[int] = []
-        if "subject_id" in cols:
-            k = cols.index("subject_id")
-            subjects = {rows[i][k] for i in touched}
-            near = [i for i in others if rows[i][k] in subjects]
-            pick = rng.choice(near, size=min(len(near), want), replace=False).tolist() if near else []
-        rest = [i for i in others if i not in set(pick)]
-        if len(pick) < want and rest:
-            pick += rng.choice(rest, size=min(len(rest), want - len(pick)), replace=False).tolist()
+        pick = rng.choice(near, size=min(len(near), want), replace=False).tolist() if near else []
+        if len(pick) < want and subject != "NULL":
+            per: dict[Any, list[int]] = {}
+            for i, r in enumerate(slim):
+                if r[0] not in subjects:
+                    per.setdefault(r[0], []).append(i)
+            chosen, have = [], 0
+            for j in rng.permutation(len(per)).tolist():
+                key = list(per)[j]
+                chosen.append(key)
+                have += len(per[key])
+                if have >= want - len(pick):
+                    break
+            if chosen:
+                more = session.con.execute(
+                    f"SELECT * FROM {spec.qualified}{where}{(' AND ' if where else ' WHERE ')}subject_id IN "
+                    f"({', '.join('?' for _ in chosen)})", vals + sorted(chosen, key=str)).fetchall()
+                at = sorted(i for key in chosen for i in per[key])
+                rows.update(zip(at, more))
+                pick += rng.choice(at, size=min(len(at), want - len(pick)), replace=False).tolist()
         pick = sorted(pick)
         vcol = ev.value_col if ev.table == table else None
         tcol = ev.text_col if ev.table == table else None
         time_col = ev.time_col if ev.table == table else None
         for i in sorted(touched) + pick:
             r = dict(zip(cols, rows[i]))
-            pos = i / max(len(rows) - 1, 1)
+            pos = i / max(n - 1, 1)
             idr = float(id_rank[i]) if id_rank is not None else 0.0
             value = r.get(vcol) if vcol else None
             finite = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value))
