@@ -52,8 +52,8 @@ def test_template_is_well_formed(t):
     assert t.id.startswith(t.intent + ".")
     assert len(set(t.paraphrases)) >= 3
     # every listed subtype is one its injector can actually apply (evidence fields present)
-    assert t.noise and all(INJECTORS[s].applies(t) for s in t.noise), \
-        [s for s in t.noise if not INJECTORS[s].applies(t)]
+    assert t.noise and all(INJECTORS[s].can_corrupt(t) for s in t.noise), \
+        [s for s in t.noise if not INJECTORS[s].can_corrupt(t)]
     if t.level == "patient":
         assert "subject_id" in t.params and t.entity_ref in ("subject_id", "hadm_id", "stay_id")
     if t.lexical:
@@ -110,7 +110,8 @@ def test_gold_sql_parses_and_joins_tables(t, builder):
 
 # ---------------------------------------------------------------- every template × subtype verifies
 
-CASES = [(t, s) for t in TEMPLATES for s in NOISE_SUBTYPES if s in t.noise]
+# listed subtypes whose label would be disputable on a template (see Injector.label_problem) make no pairs
+CASES = [(t, s) for t in TEMPLATES for s in NOISE_SUBTYPES if s in t.noise and INJECTORS[s].applies(t)]
 
 
 @pytest.mark.parametrize("t,subtype", CASES, ids=[f"{t.id}-{s}" for t, s in CASES])
@@ -218,7 +219,7 @@ def _draft(builder, template_id, subtype):
 def test_drip_unit_mismatch_is_mcg_for_mg(builder):
     d = _draft(builder, "medications.total_drip_amount", "unit_mismatch")
     (edit,) = d.noise["noise"].overlay.edits
-    (row,) = edit.insert_rows
+    (row,) = edit.insert_rows  # one row of one patient's stay: a unit slip of one row moves the sum
     assert row["amountuom"] == "mcg" and len(edit.delete_rowids) == 1
     assert d.noise["expected"].kind == "answer"
 

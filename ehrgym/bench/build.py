@@ -54,7 +54,7 @@ def build_benchmark(db: str | Path, out: str | Path, config: str | BuildConfig =
                              "(ehrgym.bench.configs)"),
             # what this database could not support (e.g. a demo copy without icu/chartevents)
             "limitations": list(builder.stats.warnings)}
-    card = make_card(tasks, info)
+    card = make_card(tasks, info, db=Path(db), seed=int(seed))
     stats = builder.stats
     attempts = sum(stats.attempts.values())
     report = {

@@ -222,15 +222,16 @@ class Builder:
                                         relation(t, c.params, inj.cleaners))
             outcome = self.verifier.check_noise(
                 subtype=subtype, overlay=inj.noise.overlay, spec=t.answer, expected_kind=inj.expected_kind,
-                expected_value=clean_value, naive_sql=naive_sql, robust_sql=robust_sql)
+                expected_value=clean_value, naive_sql=naive_sql, robust_sql=robust_sql, alternative=inj.alternative)
         if not outcome.ok:
             self.stats.discard(subtype, outcome.reason or "unknown")
             return None
         return self._draft(t, subtype, c, clean_value, clean_sql, paraphrase, inj, naive_sql, robust_sql,
-                           outcome.naive_value)
+                           outcome.naive_value, outcome.margin)
 
     def _draft(self, t: Template, subtype: str, c: Candidate, clean_value: Any, clean_sql: str, paraphrase: int,
-               inj: Injection, naive_sql: str, robust_sql: str | None, trap_value: Any) -> Draft:
+               inj: Injection, naive_sql: str, robust_sql: str | None, trap_value: Any,
+               trap_margin: float | None = None) -> Draft:
         entity = {k: json_value(v) for k, v in sorted(c.params.items())}
         question = render_text(t.paraphrases[paraphrase], c.params)
         noisy_params = inj.params or c.params
@@ -245,6 +246,8 @@ class Builder:
         expected = (Expected("answer", t.answer, clean_value) if inj.expected_kind == "answer"
                     else Expected("abstain", t.answer, None, inj.reason))
         noise_meta = {**base_meta, "evidence_sql": evidence_sql(t, noisy_params), "trap_value": trap_value}
+        if trap_margin is not None:
+            noise_meta["trap_margin"] = round(float(trap_margin), 6)
         if inj.params is not None:
             noise_meta["noisy_entity"] = {k: json_value(v) for k, v in sorted(noisy_params.items())}
         noise = {"question": noisy_question, "gold_sql": gold_sql, "naive_sql": naive_sql, "expected": expected,

@@ -4,10 +4,12 @@ splits and answer types, as ``card.json`` and a Markdown ``card.md``."""
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from pathlib import Path
 from statistics import mean
 from typing import Any
 
 from ehrgym.bench.task import Task
+from ehrgym.bench.validity import ValidityContext, validity_markdown, validity_report
 from ehrgym.vocab import INTENTS, NOISE_SUBTYPES
 
 
@@ -21,7 +23,7 @@ def _nested(counter: Counter) -> dict[str, Any]:
     return out
 
 
-def make_card(tasks: list[Task], info: dict[str, Any]) -> dict[str, Any]:
+def make_card(tasks: list[Task], info: dict[str, Any], db: Path | None = None, seed: int = 0) -> dict[str, Any]:
     noise = [t for t in tasks if t.variant == "noise"]
     clean = [t for t in tasks if t.variant == "clean"]
     full = Counter((t.intent, t.level, t.variant, t.noise.level if t.noise else "clean",
@@ -55,6 +57,7 @@ def make_card(tasks: list[Task], info: dict[str, Any]) -> dict[str, Any]:
             "by_intent": {i: round(mean(v), 2) for i, v in sorted(by_intent.items())},
             "by_intent_level": _nested(Counter({k: round(mean(v), 2) for k, v in complexity.items()})),
         },
+        "validity": validity_report(ValidityContext(tasks, db, seed)),
     }
 
 
@@ -97,4 +100,6 @@ def card_markdown(card: dict[str, Any]) -> str:
     lines += ["", "## Pairs per template", ""] + [f"- `{k}`: {v}" for k, v in card["by_template"].items()]
     if card.get("limitations"):
         lines += ["", "## Limitations of this build", ""] + [f"- {w}" for w in card["limitations"]]
+    if card.get("validity"):
+        lines += validity_markdown(card["validity"])
     return "\n".join(lines) + "\n"

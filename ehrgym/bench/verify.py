@@ -9,25 +9,83 @@ exactly how the environment serves an episode. A pair is kept only if
    on the noisy evidence yields something other than the expected outcome — for an expected
    answer a value that does not match it; for an expected abstention a value-looking result
    (for missing-evidence-style noise an empty/NULL result, which a credulous agent reports too);
-3. for recoverable noise the robust gold SQL on the noisy evidence reproduces the expected answer.
+3. for recoverable noise the robust gold SQL on the noisy evidence reproduces the expected answer;
+4. the trap is clinically meaningful: the credulous answer (for an expected answer), or the answer
+   in the world where a contradicting record is the true one (for a conflict), moves away from
+   the gold by at least the trap margin of the answer type (:data:`TRAP_MARGINS`).
+
+Whether an empty/NULL naive result still traps is the injector's ``empty_is_trap``.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import duckdb
 
-from ehrgym.bench.answers import AnswerSpec, NotComparable, answers_match, gold_from_rows
+from ehrgym.bench.answers import AnswerSpec, NotComparable, answers_match, gold_from_rows, parse_datetime
 from ehrgym.db.connect import attach_base
 from ehrgym.db.overlay import Overlay, OverlaySession
 from ehrgym.db.schema import search_path_sql
 
-# abstentions where a credulous agent reports the empty/NULL result it gets
-EMPTY_IS_TRAP: frozenset[str] = frozenset({"missing_evidence", "missing_value", "nonexistent_entity",
-                                           "false_premise", "temporal_mismatch"})
+
+@dataclass(frozen=True)
+class TrapMargin:
+    """How far a trap must move the answer: ``relative`` of |gold| and at least ``absolute`` (in
+    ``unit``). Types without a distance (strings, sets, booleans) only need to differ."""
+
+    relative: float = 0.0
+    absolute: float = 0.0
+    unit: str = ""
+    why: str = ""
+
+
+TRAP_MARGINS: dict[str, TrapMargin] = {
+    "number": TrapMargin(0.05, 0.0, "× |gold|", "5 % of a lab value, dose or duration is beyond assay and "
+                         "charting imprecision (well beyond the 2 % floor)"),
+    "integer": TrapMargin(0.05, 1.0, "count", "at least one more or fewer event, and 5 % of a large count"),
+    "datetime": TrapMargin(0.0, 1.0, "hours", "an hour changes what happened first and time-to-event answers"),
+    "date": TrapMargin(0.0, 1.0, "days", "another day"),
+}
+
+
+def trap_distance(gold: Any, other: Any, spec: AnswerSpec) -> float | None:
+    """How far ``other`` lies from ``gold`` in the margin's unit (relative for numbers, hours or
+    days for times); None for types without a distance or values that cannot be compared."""
+    try:
+        if spec.type in ("number", "integer"):
+            g, o = float(gold), float(other)
+            if not (math.isfinite(g) and math.isfinite(o)):
+                return None
+            return abs(o - g) if spec.type == "integer" else abs(o - g) / max(abs(g), 1e-9)
+        if spec.type in ("datetime", "date"):
+            a = dt.datetime.fromisoformat(parse_datetime(gold))
+            b = dt.datetime.fromisoformat(parse_datetime(other))
+            return abs((b - a).total_seconds()) / (3600 if spec.type == "datetime" else 86400)
+    except (TypeError, ValueError, NotComparable):
+        return None
+    return None
+
+
+def moves_enough(gold: Any, other: Any, spec: AnswerSpec) -> bool:
+    """True when ``other`` differs from ``gold`` by at least the answer type's trap margin."""
+    if other is None:
+        return True  # an empty answer is judged by the injector's empty_is_trap
+    if _match(gold, other, spec):
+        return False
+    margin = TRAP_MARGINS.get(spec.type)
+    if margin is None:
+        return True
+    dist = trap_distance(gold, other, spec)
+    if dist is None:
+        return not isinstance(other, (list, tuple))
+    if spec.type == "integer":
+        return dist >= max(margin.absolute, margin.relative * abs(float(gold)))
+    return dist >= max(margin.relative, margin.absolute)
 
 
 @dataclass(frozen=True)
@@ -36,6 +94,7 @@ class Outcome:
     reason: str | None = None  # why the pair is discarded
     naive_value: Any = None
     robust_value: Any = None
+    margin: float | None = None  # trap_distance of the trap from the gold (answers and conflicts)
 
 
 class PairVerifier:
@@ -76,8 +135,11 @@ class PairVerifier:
         return gold_from_rows(self.rows(sql, overlay), spec)
 
     def check_noise(self, *, subtype: str, overlay: Overlay, spec: AnswerSpec, expected_kind: str,
-                    expected_value: Any, naive_sql: str, robust_sql: str | None) -> Outcome:
-        """Properties 2 and 3 for one noisy twin (property 1 is checked on the clean twin)."""
+                    expected_value: Any, naive_sql: str, robust_sql: str | None,
+                    alternative: Overlay | None = None) -> Outcome:
+        """Properties 2-4 for one noisy twin (property 1 is checked on the clean twin)."""
+        from ehrgym.bench.noise import get_injector
+
         try:
             naive_rows = self.rows(naive_sql, overlay)
         except duckdb.Error:
@@ -86,6 +148,8 @@ class PairVerifier:
         if expected_kind == "answer":
             if naive is not None and _match(expected_value, naive, spec):
                 return Outcome(False, "no_trap", naive)
+            if not moves_enough(expected_value, naive, spec):
+                return Outcome(False, "trap_too_small", naive)
             if robust_sql is None:
                 return Outcome(False, "not_recoverable", naive)
             try:
@@ -94,14 +158,23 @@ class PairVerifier:
                 return Outcome(False, "robust_sql_error", naive)
             if robust is None or not _match(expected_value, robust, spec):
                 return Outcome(False, "not_recoverable", naive, robust)
-            return Outcome(True, None, naive, robust)
+            return Outcome(True, None, naive, robust, trap_distance(expected_value, naive, spec))
+        margin = None
+        if alternative is not None:  # a contradiction must matter: believing the other record changes the answer
+            try:
+                other = self.value(naive_sql, spec, alternative)
+            except duckdb.Error:
+                return Outcome(False, "naive_sql_error", naive)
+            if other is None or not moves_enough(expected_value, other, spec):
+                return Outcome(False, "conflict_does_not_change_answer", naive)
+            margin = trap_distance(expected_value, other, spec)
         # several rows (a conflict) still look like an answer to a credulous agent
         looks_like_value = any(r and r[0] is not None for r in naive_rows)
-        if not looks_like_value and subtype not in EMPTY_IS_TRAP:
+        if not looks_like_value and not get_injector(subtype).empty_is_trap:
             return Outcome(False, "no_trap", naive)
         if naive is None and looks_like_value:
             naive = _json_first(naive_rows)
-        return Outcome(True, None, naive)
+        return Outcome(True, None, naive, margin=margin)
 
     def close(self) -> None:
         self.con.close()

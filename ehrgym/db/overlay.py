@@ -5,6 +5,12 @@ An overlay never copies a table. Deleted rows are filtered out by their stable r
 view definition, so applying one costs the same on a 1k- and a 20k-patient database.
 Replacing cells is a delete of the original row plus an insert of the edited copy
 (:func:`replace_cells` resolves it against the base when the overlay is made).
+
+Inserted rows carry an *anchor*: the base ``rowid`` they follow in scan order (the row they
+replace, or the row they sit next to), so a shadowed table scans in the base's order with the
+new rows where a base row would be — not appended at the end. Where the base numbers an id
+column densely by scan position (``dense_id``), the view renumbers it around the edits so the
+ids stay a gap-free sequence in scan order, exactly as the base assigns them.
 """
 
 from __future__ import annotations
@@ -21,18 +27,41 @@ from ehrgym.errors import OverlayError
 
 JsonRow = dict[str, Any]
 
+END = -2  # anchor of a row appended after the last base row (overlays written without anchors)
+SEGMENTS = 64  # up to this many anchors a view scans rowid ranges (≈0.5 ms each); beyond, it sorts the span
+
 
 @dataclass(frozen=True)
 class TableEdit:
-    """Edits of one table: rows removed by base ``rowid`` and full rows added."""
+    """Edits of one table: rows removed by base ``rowid`` and full rows added.
+
+    ``insert_after[i]`` is the base rowid the i-th inserted row follows in scan order (-1: before
+    the first row, ``END``: after the last); ``dense_id`` names an id column the base numbers
+    1, 2, 3 … in scan order (inserted rows then store the id of their anchor row).
+    """
 
     table: str
     delete_rowids: tuple[int, ...] = ()
     insert_rows: tuple[JsonRow, ...] = ()
+    insert_after: tuple[int, ...] = ()
+    dense_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.insert_rows and not self.insert_after:
+            object.__setattr__(self, "insert_after", (END,) * len(self.insert_rows))
+        if len(self.insert_after) != len(self.insert_rows):
+            raise OverlayError(f"edit of {self.table}: {len(self.insert_rows)} inserted rows but "
+                               f"{len(self.insert_after)} anchors")
+        if self.dense_id is not None and END in self.insert_after:
+            raise OverlayError(f"edit of {self.table}: rows without an anchor cannot be numbered densely")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"table": self.table, "delete_rowids": list(self.delete_rowids),
-                "insert_rows": [dict(r) for r in self.insert_rows]}
+        out: dict[str, Any] = {"table": self.table, "delete_rowids": list(self.delete_rowids),
+                               "insert_rows": [dict(r) for r in self.insert_rows],
+                               "insert_after": list(self.insert_after)}
+        if self.dense_id is not None:
+            out["dense_id"] = self.dense_id
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "TableEdit":
@@ -41,13 +70,17 @@ class TableEdit:
             spec = table_spec(table)
             deletes = tuple(int(r) for r in data.get("delete_rowids", []))
             rows = tuple(dict(r) for r in data.get("insert_rows", []))
+            after = tuple(int(a) for a in data.get("insert_after", []))
+            dense = data.get("dense_id")
+            if dense is not None:
+                spec.column(str(dense))
         except (KeyError, TypeError, ValueError) as exc:
             raise OverlayError(f"malformed table edit {data!r}: {exc}") from exc
         for row in rows:
             unknown = set(row) - set(spec.column_names)
             if unknown:
                 raise OverlayError(f"insert into {table} names unknown columns {sorted(unknown)}")
-        return cls(spec.name, deletes, rows)
+        return cls(spec.name, deletes, rows, after, None if dense is None else str(dense))
 
 
 @dataclass(frozen=True)
@@ -69,8 +102,11 @@ class Overlay:
         out: dict[str, TableEdit] = {}
         for e in self.edits:
             prev = out.get(e.table)
+            if prev is not None and prev.dense_id != e.dense_id:
+                raise OverlayError(f"edits of {e.table} disagree on its dense id column")
             out[e.table] = e if prev is None else TableEdit(
-                e.table, prev.delete_rowids + e.delete_rowids, prev.insert_rows + e.insert_rows)
+                e.table, prev.delete_rowids + e.delete_rowids, prev.insert_rows + e.insert_rows,
+                prev.insert_after + e.insert_after, e.dense_id)
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -145,21 +181,92 @@ def replace_cells(con: duckdb.DuckDBPyConnection, table: str, changes: dict[int,
             spec.column(col)
             row[col] = to_json_value(val)
         rows.append(row)
-    return TableEdit(spec.name, tuple(sorted(changes)), tuple(rows))
+    return TableEdit(spec.name, tuple(sorted(changes)), tuple(rows), tuple(sorted(changes)))
+
+
+def _id_shifts(edit: TableEdit) -> list[tuple[int, int]]:
+    """``[(from_rowid, shift)]``: how far the dense id of base rows from ``from_rowid`` on moves
+    (+1 per inserted row anchored before, -1 per deleted row before); constant runs merged."""
+    events: dict[int, int] = {}
+    for a in edit.insert_after:
+        events[a + 1] = events.get(a + 1, 0) + 1
+    for d in set(edit.delete_rowids):
+        events[d + 1] = events.get(d + 1, 0) - 1
+    out: list[tuple[int, int]] = []
+    shift = 0
+    for at in sorted(events):
+        if events[at]:
+            shift += events[at]
+            out.append((at, shift))
+    return out
+
+
+def _shift_at(shifts: list[tuple[int, int]], rowid: int) -> int:
+    got = 0
+    for at, shift in shifts:
+        if at > rowid:
+            break
+        got = shift
+    return got
 
 
 def _view_sql(spec: TableSpec, base: str, edit: TableEdit | None) -> str:
     source = f"{base}.{spec.qualified}"
     if edit is None:
         return f"SELECT * FROM {source}"
-    select = f"SELECT * FROM {source}"
-    if edit.delete_rowids:
-        ids = ", ".join(str(r) for r in sorted(set(edit.delete_rowids)))
-        select += f" WHERE rowid NOT IN ({ids})"
-    parts = [select]
-    for row in edit.insert_rows:
+    deleted = sorted(set(edit.delete_rowids))
+    not_in = f"rowid NOT IN ({', '.join(str(r) for r in deleted)})" if deleted else "TRUE"
+    proj = "*"
+    shifts = _id_shifts(edit) if edit.dense_id else []
+    if shifts:
+        case = " ".join(f"WHEN rowid < {at} THEN {prev}" for (at, _), prev in
+                        zip(shifts, [0] + [s for _, s in shifts[:-1]]))
+        proj = f'* REPLACE ("{edit.dense_id}" + CASE {case} ELSE {shifts[-1][1]} END AS "{edit.dense_id}")'
+    if not edit.insert_rows:
+        return f"SELECT {proj} FROM {source} WHERE {not_in}"
+    # inserted rows in scan order: after their anchor, several at one anchor in the given order
+    placed: list[tuple[int, int, JsonRow]] = []
+    seen: dict[int, int] = {}
+    for anchor, row in zip(edit.insert_after, edit.insert_rows):
+        j = seen.get(anchor, 0)
+        seen[anchor] = j + 1
+        if edit.dense_id is not None and row.get(edit.dense_id) is not None:
+            kept = 0 if anchor in set(deleted) else 1
+            row = {**row, edit.dense_id: int(row[edit.dense_id]) + _shift_at(shifts, anchor) + kept + j}
+        placed.append((anchor, j, row))
+
+    def literal(anchor: int, j: int, row: JsonRow, keyed: bool) -> str:
         cells = ", ".join(f'{sql_literal(row.get(c.name), c.duckdb_type)} AS "{c.name}"' for c in spec.columns)
-        parts.append(f"SELECT {cells}")
+        return f"SELECT {anchor} AS __pos, 1 AS __kind, {j} AS __j, {cells}" if keyed else f"SELECT {cells}"
+
+    anchored = sorted((p for p in placed if p[0] != END), key=lambda p: (p[0], p[1]))
+    tail = [p for p in placed if p[0] == END]
+    parts: list[str] = []
+    stops = sorted({a for a, _, _ in anchored})
+    if anchored and len(stops) <= SEGMENTS:
+        # few anchors: base rows in rowid ranges (pushed into the scan) with the new rows between
+        prev = None
+        for stop in stops:
+            lo = f"rowid > {prev} AND " if prev is not None else ""
+            parts.append(f"SELECT {proj} FROM {source} WHERE {lo}rowid <= {stop} AND {not_in}")
+            parts += [literal(a, j, r, False) for a, j, r in anchored if a == stop]
+            prev = stop
+        parts.append(f"SELECT {proj} FROM {source} WHERE rowid > {prev} AND {not_in}")
+    elif anchored:
+        lo, hi = anchored[0][0], anchored[-1][0]
+        parts.append(f"SELECT {proj} FROM {source} WHERE rowid <= {lo} AND {not_in}")
+        if lo == hi:
+            parts += [literal(a, j, r, False) for a, j, r in anchored]
+        else:  # many anchors: the base rows between the first and the last, sorted with the new ones
+            middle = [f"SELECT rowid AS __pos, 0 AS __kind, 0 AS __j, {proj} FROM {source} "
+                      f"WHERE rowid > {lo} AND rowid <= {hi} AND {not_in}"]
+            middle += [literal(a, j, r, True) for a, j, r in anchored]
+            parts.append("SELECT * EXCLUDE (__pos, __kind, __j) FROM ("
+                         + "\nUNION ALL ".join(middle) + "\nORDER BY __pos, __kind, __j)")
+        parts.append(f"SELECT {proj} FROM {source} WHERE rowid > {hi} AND {not_in}")
+    else:
+        parts.append(f"SELECT {proj} FROM {source} WHERE {not_in}")
+    parts += [literal(a, j, r, False) for a, j, r in tail]
     return "\nUNION ALL ".join(parts)
 
 

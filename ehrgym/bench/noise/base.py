@@ -10,6 +10,7 @@ answer — or ``None`` when this entity cannot carry the noise.
 from __future__ import annotations
 
 import datetime as dt
+import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -37,6 +38,9 @@ class Injection:
     question: str | None = None  # a replacement question (out of scope)
     cleaners: tuple[Cleaner, ...] = ()  # robust gold SQL = gold SQL over these cleaners
     robust_params: dict[str, Any] | None = None  # parameters of the robust gold SQL (None: clean ones)
+    # for a contradiction: the evidence as it would be if the other record were the true one; the
+    # pair is kept only if the answer there differs from the clean answer by the trap margin
+    alternative: Any = None  # Overlay | None
 
 
 @dataclass
@@ -49,7 +53,7 @@ class InjectContext:
     clean_value: Any
     rng: np.random.Generator
     base: str = "base"
-    max_ids: dict[tuple[str, str], int] = field(default_factory=dict)  # shared cache across contexts
+    max_ids: dict[tuple[str, ...], Any] = field(default_factory=dict)  # id facts cached across contexts
 
     @property
     def evidence(self):
@@ -93,18 +97,90 @@ class InjectContext:
             return f"abs({v} - avg({v}) OVER ()) DESC NULLS LAST, e.rowid"
         return f"{t + ', ' if t else ''}e.rowid"
 
-    def new_ids(self, k: int) -> list[int]:
-        """``k`` unused values of the evidence table's id column."""
+    def one_sided_order(self) -> str | None:
+        """For an aggregate over many values ("any" focus): rows with the highest values first (the
+        lowest for min-type answers), so corrupting the first few moves the aggregate one way instead
+        of cancelling out; None when the focus already decides the order or there is no value."""
+        ev = self.evidence
+        if ev.focus != "any" or not ev.value_col:
+            return None
+        return self.focus_order("min" if ev.extreme == "low" else "max")
+
+    def dense_id(self) -> str | None:
+        """The evidence id column when the base numbers it 1, 2, 3 … in scan order (else None)."""
+        ev = self.evidence
+        if not ev.id_col:
+            return None
+        key = ("dense", ev.table, ev.id_col)
+        if key not in self.max_ids:
+            spec = table_spec(ev.table)
+            got = self.con.execute(
+                f"SELECT count(*), count(DISTINCT {ev.id_col}), min({ev.id_col}), max({ev.id_col}), "
+                f"bool_and({ev.id_col} - rowid = (SELECT min({ev.id_col}) FROM {self.base}.{spec.qualified})) "
+                f"FROM {self.base}.{spec.qualified}").fetchone()
+            n, distinct, lo, hi, aligned = got
+            self.max_ids[key] = bool(n and distinct == n and hi - lo + 1 == n and aligned)
+        return ev.id_col if self.max_ids[key] else None
+
+    def anchor_for(self, row: dict[str, Any], time: Any = None) -> tuple[int, Any]:
+        """Where a new row copied from ``row`` (timestamped ``time``) goes in scan order: the base
+        rowid it follows and that row's id (``row`` itself; for a moved timestamp the last row of
+        the same subject stored before ``time``, or just before the subject's first row)."""
+        ev = self.evidence
+        own = (int(row[ROWID]), row.get(ev.id_col) if ev.id_col else None)
+        if time is None or not ev.time_col or "subject_id" not in row or row.get(ev.time_col) == time:
+            return own
+        src = f"{self.base}.{table_spec(ev.table).qualified}"
+        idc = ev.id_col or "NULL"
+        got = self.con.execute(f"SELECT rowid, {idc} FROM {src} WHERE subject_id = ? AND {ev.time_col} <= ? "
+                               f"ORDER BY rowid DESC LIMIT 1", [row["subject_id"], time]).fetchone()
+        if got is not None:
+            return int(got[0]), got[1]
+        first = self.con.execute(f"SELECT rowid, {idc} FROM {src} WHERE subject_id = ? ORDER BY rowid LIMIT 1",
+                                 [row["subject_id"]]).fetchone()
+        return self.before(int(first[0]), first[1])
+
+    def before(self, rowid: int, row_id: Any) -> tuple[int, Any]:
+        """The anchor placing a new row just before base row ``rowid`` (whose id is ``row_id``)."""
+        if row_id is not None and self.dense_id():
+            return rowid - 1, int(row_id) - 1
+        return rowid - 1, row_id
+
+    def ids_after(self, anchor: tuple[int, Any], k: int, taken_by_edit: set[int] | None = None) -> list[int]:
+        """Ids for ``k`` new rows following ``anchor`` (see :meth:`anchor_for`), drawn as the base
+        draws them.
+
+        Dense ids (see :meth:`dense_id`): the anchor's own id — the overlay view renumbers the
+        table around the new rows. Other ids: the free values nearest above the anchor's id
+        (below the table's maximum; below the anchor when the values above are taken), other than
+        those in ``taken_by_edit`` (ids given to other rows of the same edit; updated)."""
         ev = self.evidence
         if not ev.id_col:
             return []
-        key = (ev.table, ev.id_col)
+        spec = table_spec(ev.table)
+        src = f"{self.base}.{spec.qualified}"
+        ref = int(anchor[1]) if anchor[1] is not None else 0
+        if self.dense_id():
+            return [ref] * k
+        key = ("max", ev.table, ev.id_col)
         if key not in self.max_ids:
-            spec = table_spec(ev.table)
-            top = self.con.execute(f"SELECT max({ev.id_col}) FROM {self.base}.{spec.qualified}").fetchone()[0]
-            self.max_ids[key] = int(top or 0)
-        start = self.max_ids[key] + 1 + int(self.rng.integers(1, 1000))
-        return list(range(start, start + k))
+            self.max_ids[key] = int(self.con.execute(f"SELECT max({ev.id_col}) FROM {src}").fetchone()[0] or 0)
+        top = self.max_ids[key]
+        out: list[int] = []
+        for lo, hi in ((ref + 1, min(ref + 1 + 50 * k + 200, top)), (max(ref - 50 * k - 200, 1), ref - 1)):
+            if lo > hi:
+                continue
+            taken = {int(r[0]) for r in self.con.execute(
+                f"SELECT {ev.id_col} FROM {src} WHERE {ev.id_col} BETWEEN ? AND ?", [lo, hi]).fetchall()}
+            free = [i for i in range(lo, hi + 1) if i not in taken and i not in (taken_by_edit or ())]
+            out += free if lo > ref else free[::-1]
+            if len(out) >= k:
+                break
+        if len(out) < k:
+            raise BenchmarkError(f"no free {ev.table}.{ev.id_col} values near {ref}")
+        if taken_by_edit is not None:
+            taken_by_edit.update(out[:k])
+        return out[:k]
 
     def window_of(self, row: dict[str, Any]) -> tuple[dt.datetime, dt.datetime] | None:
         """Start and end of the admission/stay an evidence row is linked to."""
@@ -119,29 +195,72 @@ class InjectContext:
         return got[0], got[1]
 
 
+# share of a population aggregate's rows a record/value corruption touches (an interface that
+# re-sends or mis-stores a batch), and the cap: enough to move a cohort mean by the trap margin
+BATCH_SHARE, BATCH_MAX = 0.2, 50
+
+
+def batch_size(n: int) -> int:
+    return min(max(1, math.ceil(BATCH_SHARE * n)), BATCH_MAX, n)
+
+
+# answer types for which "none happened" is itself the answer (0 events, False)
+ZERO_IS_AN_ANSWER: frozenset[str] = frozenset({"integer", "boolean"})
+
+
 class Injector:
-    """Base class: set ``subtype``; ``requires`` names Evidence attributes that must be set."""
+    """Base class: set ``subtype``; ``requires`` names Evidence attributes that must be set.
+
+    The label of the noisy twin lives here too: ``outcome`` and ``reason`` (the expected outcome,
+    see :meth:`expected`), ``rationale`` (why a careful analyst would give it) and
+    ``empty_is_trap`` (for an abstention: an empty/NULL result of the naive query is what a
+    credulous agent reports, so it still traps). ``presupposes_event``: the noise makes the
+    question ask about events that did not happen — only valid where "none" is not itself an
+    answer (not for counts or yes/no questions, where 0 / False is simply correct).
+    """
 
     subtype: ClassVar[str]
     requires: ClassVar[tuple[str, ...]] = ()
     description: ClassVar[str] = ""
+    outcome: ClassVar[str] = "answer"  # answer | abstain
+    reason: ClassVar[str | None] = None
+    rationale: ClassVar[str] = ""
+    empty_is_trap: ClassVar[bool] = False
+    presupposes_event: ClassVar[bool] = False
 
     @property
     def level(self) -> str:
         return NOISE_SUBTYPES[self.subtype]
 
     def applies(self, template: Template) -> bool:
+        """The template lists the subtype, its evidence can carry it, and the label is defensible."""
         if self.subtype not in template.noise:
             return False
+        return self.can_corrupt(template) and self.label_problem(template) is None
+
+    def can_corrupt(self, template: Template) -> bool:
+        """The template's evidence has what the injector needs (whether or not the template lists it)."""
         return all(getattr(template.evidence, a) for a in self.requires) and self.fits(template)
 
     def fits(self, template: Template) -> bool:
         """Extra static conditions (override)."""
         return True
 
+    def label_problem(self, template: Template) -> str | None:
+        """Why a careful analyst would dispute this subtype's expected outcome on ``template``
+        (None: no reason). Such templates get no pairs of the subtype (override to add rules)."""
+        if self.presupposes_event and template.answer.type in ZERO_IS_AN_ANSWER:
+            return f"for a {template.answer.type!r} answer 0/False is simply correct outside the record"
+        return None
+
     def accepts(self, template: Template, params: dict[str, Any]) -> bool:
         """Cheap per-entity pre-check before any SQL runs (override)."""
         return True
+
+    def expected(self, template: Template) -> tuple[str, str | None]:
+        """Expected outcome and abstention reason of a noisy twin of ``template`` (override when it
+        depends on the template, e.g. one corrupted row decides the answer or is one of many)."""
+        return self.outcome, self.reason
 
     def inject(self, ctx: InjectContext) -> Injection | None:
         raise NotImplementedError

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
+from ehrgym.bench.noise.bounds import plausible_range
 from ehrgym.bench.noise.units import conversion_for
 from ehrgym.bench.templates.base import Evidence, Template
 from ehrgym.db.items import item_reference
@@ -21,8 +22,12 @@ NUMBER_REGEX = r"[-+]?[0-9]+(?:[.,][0-9]+)?|[-+]?[.,][0-9]+"
 
 
 def bounds_for(evidence: Evidence, params: Mapping[str, Any]) -> tuple[float, float] | None:
-    """Plausible range of the evidence value: the item's reference bounds, else the template's."""
+    """Plausible range of the evidence value: the item's bounds (physiology widened to the real
+    demo's p0.1-p99.9, see :mod:`ehrgym.bench.noise.bounds`), else the template's."""
     if evidence.item_param and evidence.item_param in params:
+        got = plausible_range(int(params[evidence.item_param]))
+        if got is not None:
+            return got.lower, got.upper
         ref = item_reference().get(int(params[evidence.item_param]))
         if ref is not None:
             return ref.plausible_min, ref.plausible_max

@@ -43,6 +43,7 @@ def _edit(kind: str, param: str, old, new) -> dict:
 @register_injector
 class NonexistentEntity(Injector):
     subtype = "nonexistent_entity"
+    outcome, reason, empty_is_trap = "abstain", "invalid_reference", True
     description = "the question names a patient/admission/stay that does not exist"
 
     def fits(self, template) -> bool:
@@ -71,6 +72,7 @@ class NonexistentEntity(Injector):
 @register_injector
 class FalsePremise(Injector):
     subtype = "false_premise"
+    outcome, reason, empty_is_trap = "abstain", "false_premise", True
     description = "the question presupposes an event that never happened"
 
     def fits(self, template) -> bool:
@@ -93,6 +95,7 @@ class FalsePremise(Injector):
 @register_injector
 class TemporalMismatch(Injector):
     subtype = "temporal_mismatch"
+    outcome, reason, empty_is_trap, presupposes_event = "abstain", "false_premise", True, True
     description = "the question's time window lies outside the record"
 
     def fits(self, template) -> bool:
@@ -148,6 +151,7 @@ class LexicalVariation(Injector):
 @register_injector
 class OutOfScope(Injector):
     subtype = "out_of_scope"
+    outcome, reason = "abstain", "out_of_scope"
     description = "the question asks for something no EHR table holds"
 
     def inject(self, ctx: InjectContext) -> Injection | None:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
-import math
 from typing import Any
 
 from ehrgym.bench.noise import cleaning
-from ehrgym.bench.noise.base import ROWID, InjectContext, Injection, Injector, register_injector
-from ehrgym.bench.noise.values import (conflicting, finite, parse_stamp, shift_times, shifted, typed_value,
-                                       value_text)
+from ehrgym.bench.noise.base import ROWID, InjectContext, Injection, Injector, batch_size, register_injector
+from ehrgym.bench.noise.values import (conflicting, derivable, finite, format_like, parse_stamp, shift_times,
+                                       shifted, typed_value)
 from ehrgym.db.overlay import Overlay, TableEdit
 
 MAX_DELETED_ROWS = 400
@@ -24,7 +23,7 @@ def _set_value(ctx: InjectContext, row: dict[str, Any], value: float | None) -> 
     out = dict(row)
     out[ev.value_col] = typed_value(ev.table, ev.value_col, value)
     if ev.text_col:
-        out[ev.text_col] = value_text(value)
+        out[ev.text_col] = format_like(value, row.get(ev.text_col))
     return out
 
 
@@ -46,40 +45,48 @@ def _other_category(ctx: InjectContext, current: Any) -> Any:
 class MissingEvidence(Injector):
     subtype = "missing_evidence"
     description = "the rows the question presupposes were deleted"
+    outcome, reason, empty_is_trap = "abstain", "insufficient_evidence", True
+    rationale = "the record the question is about is absent: nothing in the database gives the answer"
 
     def inject(self, ctx: InjectContext) -> Injection | None:
         rows = ctx.evidence_rows(order="e.rowid", limit=MAX_DELETED_ROWS + 1)
         if not rows or len(rows) > MAX_DELETED_ROWS:
             return None
-        edit = TableEdit(ctx.evidence.table, tuple(r[ROWID] for r in rows))
+        # ids numbered densely by the base are renumbered around the gap, as the base would have
+        edit = TableEdit(ctx.evidence.table, tuple(r[ROWID] for r in rows), dense_id=ctx.dense_id())
+        kind, reason = self.expected(ctx.template)
         return Injection(self.spec(Overlay((edit,)), description=f"{len(rows)} {ctx.evidence.table} rows deleted"),
-                         "abstain", "insufficient_evidence")
+                         kind, reason)
 
 
 @register_injector
 class DuplicateRecords(Injector):
     subtype = "duplicate_records"
     description = "evidence rows stored twice (re-stored copies with new ids)"
+    rationale = "a re-stored copy has the same natural key and a later store time: dropping it recovers the answer"
 
     def inject(self, ctx: InjectContext) -> Injection | None:
         ev = ctx.evidence
-        rows = ctx.evidence_rows(limit=None)
+        rows = ctx.evidence_rows(order=ctx.one_sided_order(), limit=None)
         if not rows:
             return None
-        k = 1 if ctx.template.level == "patient" else min(max(1, math.ceil(0.1 * len(rows))), 25, len(rows))
+        # one re-stored row changes a count; a mean over many values needs a re-sent batch
+        many = ctx.template.level == "population" or (ev.value_col is not None and ev.focus == "any")
+        k = batch_size(len(rows)) if many else 1
         chosen = rows[:k]
-        ids = ctx.new_ids(k)
-        copies = []
+        copies, anchors, given = [], [], set()
         for i, row in enumerate(chosen):
             c = _copy(row)
             if ev.id_col:
-                c[ev.id_col] = ids[i]
+                c[ev.id_col] = ctx.ids_after(ctx.anchor_for(row), 1, given)[0]
             if ev.store_col and c.get(ev.store_col) is not None:
                 c[ev.store_col] = (parse_stamp(c[ev.store_col]) + dt.timedelta(minutes=7 + i)).isoformat(sep=" ")
             copies.append(c)
-        edit = TableEdit(ev.table, (), tuple(copies))
+            anchors.append(row[ROWID])
+        edit = TableEdit(ev.table, (), tuple(copies), tuple(anchors), ctx.dense_id())
+        kind, reason = self.expected(ctx.template)
         return Injection(self.spec(Overlay((edit,)), description=f"{k} {ev.table} rows stored twice"),
-                         "answer", cleaners=(cleaning.deduplicate,))
+                         kind, reason, cleaners=(cleaning.deduplicate,))
 
 
 @register_injector
@@ -87,9 +94,12 @@ class OutOfWindow(Injector):
     subtype = "out_of_window"
     requires = ("window", "time_col")
     description = "rows linked to the stay but timestamped outside it"
+    rationale = "rows timestamped outside the stay they are linked to are dropped by a window check"
 
     def inject(self, ctx: InjectContext) -> Injection | None:
         ev = ctx.evidence
+        if ev.value_col and ev.aggregate and ev.focus == "any":
+            return self._batch(ctx)
         rows = ctx.evidence_rows(limit=None)
         if not rows:
             return None
@@ -99,10 +109,13 @@ class OutOfWindow(Injector):
             return None
         start, end = window
         t = parse_stamp(focus[ev.time_col])
-        hours_before = 24 + int(ctx.rng.integers(1, 48))
-        hours_after = 24 + int(ctx.rng.integers(1, 48))
-        before = shift_times(_copy(focus), ev.table, (start - dt.timedelta(hours=hours_before)) - t)
-        after = shift_times(_copy(focus), ev.table, (end + dt.timedelta(hours=hours_after)) - t)
+        # whole days keep the time of day and the precision of the base's timestamps
+        days_before = (t - start).days + 2 + int(ctx.rng.integers(0, 2))
+        days_after = (end - t).days + 2 + int(ctx.rng.integers(0, 2))
+        before = shift_times(_copy(focus), ev.table, -dt.timedelta(days=days_before))
+        after = shift_times(_copy(focus), ev.table, dt.timedelta(days=days_after))
+        hours_before = round((start - parse_stamp(before[ev.time_col])).total_seconds() / 3600)
+        hours_after = round((parse_stamp(after[ev.time_col]) - end).total_seconds() / 3600)
         if ev.value_col:
             values = [r[ev.value_col] for r in rows if finite(r.get(ev.value_col))]
             if not values:
@@ -116,22 +129,76 @@ class OutOfWindow(Injector):
                 return None
             before[ev.category_col] = other
             after[ev.category_col] = other
-        ids = ctx.new_ids(2)
+        places = (ctx.anchor_for(focus, before[ev.time_col]), ctx.anchor_for(focus, after[ev.time_col]))
         if ev.id_col:
-            before[ev.id_col], after[ev.id_col] = ids
-        edit = TableEdit(ev.table, (), (before, after))
+            given: set[int] = set()
+            before[ev.id_col] = ctx.ids_after(places[0], 1, given)[0]
+            after[ev.id_col] = ctx.ids_after(places[1], 1, given)[0]
+        edit = TableEdit(ev.table, (), (before, after), (places[0][0], places[1][0]), ctx.dense_id())
+        kind, reason = self.expected(ctx.template)
         return Injection(self.spec(Overlay((edit,)), description=(
             f"2 {ev.table} rows linked to {ev.window.key} {focus.get(ev.window.key)} but timestamped "
-            f"{hours_before} h before and {hours_after} h after it")), "answer", cleaners=(cleaning.keep_in_window,))
+            f"{hours_before} h before and {hours_after} h after it")), kind, reason,
+            cleaners=(cleaning.keep_in_window,))
+
+    def _batch(self, ctx: InjectContext) -> Injection | None:
+        """For an aggregate over many values: copies of the highest (lowest, for min-type answers)
+        20 % of the rows, each timestamped whole days after the end of its own stay, with a value
+        shifted further the same way, so the aggregate moves by a meaningful margin."""
+        ev = ctx.evidence
+        rows = [r for r in ctx.evidence_rows(order=ctx.one_sided_order(), limit=None) if finite(r.get(ev.value_col))]
+        if not rows:
+            return None
+        bounds = cleaning.bounds_for(ev, ctx.params)
+        up = ev.extreme != "low"
+        copies, anchors, given = [], [], set()
+        for row in rows[:batch_size(len(rows))]:
+            window = ctx.window_of(row)
+            if window is None:
+                continue
+            days = (window[1] - parse_stamp(row[ev.time_col])).days + 2 + int(ctx.rng.integers(0, 2))
+            c = _set_value(ctx, shift_times(_copy(row), ev.table, dt.timedelta(days=days)),
+                           shifted(row[ev.value_col], up, bounds))
+            place = ctx.anchor_for(row, c[ev.time_col])
+            if ev.id_col:
+                c[ev.id_col] = ctx.ids_after(place, 1, given)[0]
+            copies.append(c)
+            anchors.append(place[0])
+        if not copies:
+            return None
+        edit = TableEdit(ev.table, (), tuple(copies), tuple(anchors), ctx.dense_id())
+        kind, reason = self.expected(ctx.template)
+        return Injection(self.spec(Overlay((edit,)), description=(
+            f"{len(copies)} {ev.table} rows linked to their {ev.window.key} but timestamped days after it")),
+            kind, reason, cleaners=(cleaning.keep_in_window,))
 
 
 @register_injector
 class ConflictingRecords(Injector):
     subtype = "conflicting_records"
     description = "a contradictory row with the same natural key (same sample, other value)"
+    outcome, reason = "abstain", "conflicting_evidence"
+    rationale = ("two records of the same measurement disagree and nothing in the data says which is right; "
+                 "kept only where believing the other record changes the answer")
+    # tables where several rows per key are ordinary practice (co-ordering, repeated or parallel
+    # administrations), not a contradiction of one measurement
+    ORDERING_TABLES: frozenset[str] = frozenset({"prescriptions", "pharmacy", "emar", "emar_detail", "poe",
+                                                 "poe_detail", "inputevents"})
 
     def fits(self, template) -> bool:
         return bool(template.evidence.value_col or template.evidence.category_col)
+
+    def label_problem(self, template) -> str | None:
+        ev = template.evidence
+        if ev.table in self.ORDERING_TABLES:
+            return f"several {ev.table} rows per key are ordinary co-ordering, not a contradiction"
+        if derivable(ev.table, ev.value_col):
+            return f"{ev.table}.{ev.value_col} is recovered exactly from other columns"
+        if template.answer.type in ("integer", "boolean"):
+            return "a count does not depend on which of two contradicting records is right"
+        if ev.aggregate and ev.focus == "any":
+            return "one contradicting record among the many an aggregate sums up does not change it meaningfully"
+        return super().label_problem(template)
 
     def inject(self, ctx: InjectContext) -> Injection | None:
         ev = ctx.evidence
@@ -143,21 +210,28 @@ class ConflictingRecords(Injector):
         if ev.value_col:
             if not finite(focus.get(ev.value_col)):
                 return None
-            c = _set_value(ctx, c, conflicting(focus[ev.value_col], ctx.rng, cleaning.bounds_for(ev, ctx.params)))
+            # the direction that changes the answer: a higher reading of the maximum changes a maximum,
+            # a lower one changes which row is the maximum (argmax answers); mirrored for minima
+            numeric = ctx.template.answer.type == "number"
+            up = {"max": numeric, "min": not numeric}.get(ev.focus)
+            c = _set_value(ctx, c, conflicting(focus[ev.value_col], ctx.rng, cleaning.bounds_for(ev, ctx.params), up))
             if c[ev.value_col] == focus[ev.value_col]:
-                c = _set_value(ctx, c, focus[ev.value_col] + 1)
+                return None
         else:
             other = _other_category(ctx, focus.get(ev.category_col))
             if other is None:
                 return None
             c[ev.category_col] = other
-        if ev.id_col:
-            c[ev.id_col] = ctx.new_ids(1)[0]
         if ev.store_col and c.get(ev.store_col) is not None:
             c[ev.store_col] = (parse_stamp(c[ev.store_col]) + dt.timedelta(minutes=3)).isoformat(sep=" ")
-        edit = TableEdit(ev.table, (), (c,))
+        # the world where the contradicting record is the true one: it must give another answer
+        alternative = Overlay((TableEdit(ev.table, (focus[ROWID],), (dict(c),), (focus[ROWID],)),))
+        if ev.id_col:
+            c[ev.id_col] = ctx.ids_after(ctx.anchor_for(focus), 1)[0]
+        edit = TableEdit(ev.table, (), (c,), (focus[ROWID],), ctx.dense_id())
         shown = c.get(ev.value_col) if ev.value_col else c.get(ev.category_col)
         was = focus.get(ev.value_col) if ev.value_col else focus.get(ev.category_col)
+        kind, reason = self.expected(ctx.template)
         return Injection(self.spec(Overlay((edit,)), description=(
             f"a second {ev.table} row with the same {', '.join(ev.key)} says {shown!r} instead of {was!r}")),
-            "abstain", "conflicting_evidence")
+            kind, reason, alternative=alternative)

@@ -20,8 +20,9 @@ class UnitConversion:
     alt_itemid: int | None = None
     decimals: int = 2  # how a value in the alternative unit is stored
 
-    def to_alt(self, value: float) -> float:
-        return round(value * self.scale + self.offset, self.decimals)
+    def to_alt(self, value: float, decimals: int | None = None) -> float:
+        """``value`` in the alternative unit, with ``decimals`` (default: the unit's usual precision)."""
+        return round(value * self.scale + self.offset, self.decimals if decimals is None else decimals)
 
     def from_alt_sql(self, column: str) -> str:
         """SQL converting ``column`` (alternative unit) back into the reference unit."""

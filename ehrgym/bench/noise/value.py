@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import datetime as dt
-import math
 from typing import Any
 
 from ehrgym.bench.noise import cleaning
-from ehrgym.bench.noise.base import ROWID, InjectContext, Injection, Injector, register_injector
+from ehrgym.bench.noise.base import ROWID, InjectContext, Injection, Injector, batch_size, register_injector
 from ehrgym.bench.noise.units import conversion_for
-from ehrgym.bench.noise.values import (MISSING_PLACEHOLDERS, corrupted_text, finite, implausible, shift_times,
-                                       typed_value, value_text)
+from ehrgym.bench.noise.values import (MISSING_PLACEHOLDERS, decimals_of, derivable, finite, format_like,
+                                       implausible, number_forms, shift_times, typed_value, with_decimals)
 from ehrgym.db.overlay import Overlay, TableEdit
+from ehrgym.db.schema import table_spec
 
 
 def _focus(ctx: InjectContext) -> dict[str, Any] | None:
@@ -21,31 +21,32 @@ def _focus(ctx: InjectContext) -> dict[str, Any] | None:
     return rows[0]
 
 
-def _focus_rows(ctx: InjectContext) -> list[dict[str, Any]]:
-    """The rows to corrupt: the deciding row, or for a population aggregate over many rows the
-    most influential 10 % (at most 25) so that the corruption is visible in the aggregate."""
+def _focus_rows(ctx: InjectContext, patient_batch: bool = True) -> list[dict[str, Any]]:
+    """The rows to corrupt: the deciding row, or for an aggregate over many values the 20 % (at
+    most 50, :func:`~ehrgym.bench.noise.base.batch_size`) with the highest values (lowest for
+    min-type answers), so that the corruption moves the aggregate one way and visibly (for one
+    patient only with ``patient_batch``: a unit slip of one row already moves a patient's sum)."""
     ev = ctx.evidence
-    if ctx.template.level == "patient" or not ev.aggregate or ev.focus != "any":
+    if not ev.aggregate or ev.focus != "any" or (ctx.template.level == "patient" and not patient_batch):
         row = _focus(ctx)
         return [row] if row is not None else []
-    rows = [r for r in ctx.evidence_rows(limit=None) if finite(r.get(ev.value_col))]
-    k = min(max(1, math.ceil(0.1 * len(rows))), 25)
-    return rows[:k]
+    rows = [r for r in ctx.evidence_rows(order=ctx.one_sided_order(), limit=None) if finite(r.get(ev.value_col))]
+    return rows[:batch_size(len(rows))]
 
 
 def _replace_many(ctx: InjectContext, rows: list[dict[str, Any]], changes: list[dict[str, Any]]) -> TableEdit:
+    """Rows edited in place: each edited copy takes the original's id and scan position."""
     new_rows = []
     for row, ch in zip(rows, changes):
         new = {k: v for k, v in row.items() if k != ROWID}
         new.update(ch)
         new_rows.append(new)
-    return TableEdit(ctx.evidence.table, tuple(r[ROWID] for r in rows), tuple(new_rows))
+    rowids = tuple(r[ROWID] for r in rows)
+    return TableEdit(ctx.evidence.table, rowids, tuple(new_rows), rowids, ctx.dense_id())
 
 
 def _replace(ctx: InjectContext, row: dict[str, Any], changes: dict[str, Any]) -> TableEdit:
-    new = {k: v for k, v in row.items() if k != ROWID}
-    new.update(changes)
-    return TableEdit(ctx.evidence.table, (row[ROWID],), (new,))
+    return _replace_many(ctx, [row], [changes])
 
 
 def _extra(ctx: InjectContext, row: dict[str, Any], changes: dict[str, Any]) -> TableEdit:
@@ -54,9 +55,65 @@ def _extra(ctx: InjectContext, row: dict[str, Any], changes: dict[str, Any]) -> 
     minutes = -1 if ev.focus == "first" else 1
     new = shift_times({k: v for k, v in row.items() if k != ROWID}, ev.table, dt.timedelta(minutes=minutes))
     new.update(changes)
+    own = ctx.anchor_for(row)
+    place = ctx.before(*own) if minutes < 0 else own  # a minute apart: right before / after its source
     if ev.id_col:
-        new[ev.id_col] = ctx.new_ids(1)[0]
-    return TableEdit(ev.table, (), (new,))
+        new[ev.id_col] = ctx.ids_after(place, 1)[0]
+    return TableEdit(ev.table, (), (new,), (place[0],), ctx.dense_id())
+
+
+def _base_texts(ctx: InjectContext, digits: bool) -> list[str]:
+    """Text values the base stores where the number is missing, most frequent first: of the same
+    item when the base has some, else of the whole table (``digits``: only number-bearing ones)."""
+    ev = ctx.evidence
+    if not (ev.text_col and ev.value_col):
+        return []
+    src = f"{ctx.base}.{table_spec(ev.table).qualified}"
+    cond = f"{ev.value_col} IS NULL AND {ev.text_col} IS NOT NULL AND " + (
+        "" if digits else "NOT ") + f"regexp_matches({ev.text_col}, '[0-9]')"
+    scopes = []
+    if ev.item_col and ev.item_param and ev.item_param in ctx.params:
+        scopes.append(f"{ev.item_col} = {int(ctx.params[ev.item_param])} AND ")
+    scopes.append("")
+    for scope in scopes:
+        key = ("texts", ev.table, scope, cond)  # one scan per table/item and build, not per pair
+        if key not in ctx.max_ids:
+            ctx.max_ids[key] = [r[0] for r in ctx.query(
+                f"SELECT {ev.text_col}, count(*) AS n FROM {src} WHERE {scope}{cond} "
+                f"GROUP BY 1 ORDER BY n DESC, 1 LIMIT 50")]
+        if ctx.max_ids[key]:
+            return list(ctx.max_ids[key])
+    return []
+
+
+def _item_decimals(ctx: InjectContext, itemid: int) -> int | None:
+    """The most common number of decimals of the base's values of ``itemid`` (None: no values)."""
+    ev = ctx.evidence
+    key = ("decimals", ev.table, int(itemid))
+    if key in ctx.max_ids:
+        return ctx.max_ids[key]
+    src = f"{ctx.base}.{table_spec(ev.table).qualified}"
+    vals = [r[0] for r in ctx.query(f"SELECT {ev.value_col} FROM {src} WHERE {ev.item_col} = {int(itemid)} "
+                                    f"AND {ev.value_col} IS NOT NULL LIMIT 500")]
+    if not vals:
+        ctx.max_ids[key] = None
+        return None
+    counts: dict[int, int] = {}
+    for v in vals:
+        counts[decimals_of(v)] = counts.get(decimals_of(v), 0) + 1
+    ctx.max_ids[key] = max(sorted(counts), key=lambda d: counts[d])
+    return ctx.max_ids[key]
+
+
+def _unit_readable(ctx: InjectContext, bounds: tuple[float, float]):
+    """True for a value that reads as a plausible value of the item in another unit it is
+    recorded in (creatinine 80 = 80 µmol/L), so it cannot stand for an impossible one."""
+    ev = ctx.evidence
+    conv = conversion_for(ctx.params.get(ev.item_param)) if ev.item_param else None
+    if conv is None:
+        return None
+    lo, hi = bounds
+    return lambda v: lo <= (v - conv.offset) / conv.scale <= hi
 
 
 def _value_changes(ctx: InjectContext, value: float | None, text: str | None) -> dict[str, Any]:
@@ -72,6 +129,19 @@ class ImplausibleValue(Injector):
     subtype = "implausible_value"
     requires = ("value_col",)
     description = "a physiologically impossible value (decimal slip or sign error)"
+    outcome, reason = "abstain", "implausible_value"
+    rationale = ("a value outside physiology and the real data's 0.1-99.9 % range, not readable in another unit: "
+                 "one such row deciding the answer leaves nothing to answer with; an extra such row among "
+                 "many is dropped by a plausibility filter")
+
+    def label_problem(self, template) -> str | None:
+        ev = template.evidence
+        if derivable(ev.table, ev.value_col):
+            return f"{ev.table}.{ev.value_col} is recovered exactly from other columns"
+        return super().label_problem(template)
+
+    def expected(self, template) -> tuple[str, str | None]:
+        return ("answer", None) if template.evidence.aggregate else ("abstain", self.reason)
 
     def inject(self, ctx: InjectContext) -> Injection | None:
         ev = ctx.evidence
@@ -79,16 +149,16 @@ class ImplausibleValue(Injector):
         row = _focus(ctx)
         if row is None or bounds is None:
             return None
-        bad = implausible(row[ev.value_col], bounds, low=ev.extreme == "low")
+        bad = implausible(row[ev.value_col], bounds, low=ev.extreme == "low", readable=_unit_readable(ctx, bounds))
         if bad is None:
             return None
-        changes = _value_changes(ctx, bad, value_text(bad))
+        changes = _value_changes(ctx, bad, format_like(bad, row.get(ev.text_col) if ev.text_col else None))
         desc = f"{ev.value_col} {row[ev.value_col]!r} → {bad!r} (plausible {bounds[0]:g}–{bounds[1]:g})"
-        if not ev.aggregate:
-            return Injection(self.spec(Overlay((_replace(ctx, row, changes),)), description=desc),
-                             "abstain", "implausible_value")
+        kind, reason = self.expected(ctx.template)
+        if kind == "abstain":
+            return Injection(self.spec(Overlay((_replace(ctx, row, changes),)), description=desc), kind, reason)
         return Injection(self.spec(Overlay((_extra(ctx, row, changes),)), description="an extra row with " + desc),
-                         "answer", cleaners=(cleaning.drop_implausible,))
+                         kind, reason, cleaners=(cleaning.drop_implausible,))
 
 
 @register_injector
@@ -96,6 +166,7 @@ class UnitMismatch(Injector):
     subtype = "unit_mismatch"
     requires = ("value_col", "unit_col", "item_col", "item_param")
     description = "a value recorded in another unit, with the unit column changed accordingly"
+    rationale = "the unit column says which unit the number is in: converting it back recovers the answer"
 
     def accepts(self, template, params) -> bool:
         conv = conversion_for(params.get(template.evidence.item_param))
@@ -106,13 +177,18 @@ class UnitMismatch(Injector):
     def inject(self, ctx: InjectContext) -> Injection | None:
         ev = ctx.evidence
         conv = conversion_for(ctx.params.get(ev.item_param))
-        rows = _focus_rows(ctx)
+        rows = _focus_rows(ctx, patient_batch=False)
         if conv is None or not rows:
             return None
+        # a row moved to the item of the other unit (°F → °C) is written like that item's values
+        alt_decimals = _item_decimals(ctx, conv.alt_itemid) if conv.alt_itemid is not None else None
         changes = []
         for row in rows:
-            alt = conv.to_alt(row[ev.value_col])
-            ch = _value_changes(ctx, alt, value_text(alt))
+            # stored with the precision of the item's own values (a row in another unit looks like its
+            # neighbours); rows whose answer cannot be recovered at that precision fail verification
+            d = alt_decimals if alt_decimals is not None else decimals_of(row[ev.value_col])
+            alt = with_decimals(conv.to_alt(row[ev.value_col], d), d)
+            ch = _value_changes(ctx, alt, format_like(alt, row.get(ev.text_col) if ev.text_col else None))
             ch[ev.unit_col] = conv.alt_unit
             if conv.alt_itemid is not None:
                 ch[ev.item_col] = conv.alt_itemid
@@ -120,49 +196,63 @@ class UnitMismatch(Injector):
         first = rows[0][ev.value_col]
         desc = (f"{first!r} {conv.unit} recorded as {changes[0][ev.value_col]!r} {conv.alt_unit}"
                 + (f" (and {len(rows) - 1} more rows)" if len(rows) > 1 else ""))
+        kind, reason = self.expected(ctx.template)
         return Injection(self.spec(Overlay((_replace_many(ctx, rows, changes),)), description=desc),
-                         "answer", cleaners=(cleaning.convert_units,))
+                         kind, reason, cleaners=(cleaning.convert_units,))
 
 
 @register_injector
 class MissingValue(Injector):
     subtype = "missing_value"
     requires = ("value_col",)
-    description = "the numeric result is missing (NULL, text placeholder)"
+    description = "the numeric result is missing (NULL, with the text the database uses for that)"
+    outcome, reason, empty_is_trap = "abstain", "insufficient_evidence", True
+    rationale = ("the deciding result has no number: nothing gives the answer; an extra valueless row among many "
+                 "is simply not counted")
+
+    def label_problem(self, template) -> str | None:
+        ev = template.evidence
+        if derivable(ev.table, ev.value_col):
+            return f"{ev.table}.{ev.value_col} is recovered exactly from other columns"
+        return super().label_problem(template)
+
+    def expected(self, template) -> tuple[str, str | None]:
+        return ("answer", None) if template.evidence.aggregate else ("abstain", self.reason)
 
     def inject(self, ctx: InjectContext) -> Injection | None:
         ev = ctx.evidence
         row = _focus(ctx)
         if row is None:
             return None
-        placeholder = MISSING_PLACEHOLDERS[int(ctx.rng.integers(0, len(MISSING_PLACEHOLDERS)))]
+        forms = list(_base_texts(ctx, digits=False)) or list(MISSING_PLACEHOLDERS)
+        placeholder = forms[int(ctx.rng.integers(0, min(len(forms), 5)))] if ev.text_col else None
         changes = _value_changes(ctx, None, placeholder)
         desc = f"{ev.value_col} NULL" + (f", {ev.text_col} {placeholder!r}" if ev.text_col else "")
-        if not ev.aggregate:
-            return Injection(self.spec(Overlay((_replace(ctx, row, changes),)), description=desc),
-                             "abstain", "insufficient_evidence")
+        kind, reason = self.expected(ctx.template)
+        if kind == "abstain":
+            return Injection(self.spec(Overlay((_replace(ctx, row, changes),)), description=desc), kind, reason)
         return Injection(self.spec(Overlay((_extra(ctx, row, changes),)), description="an extra row with " + desc),
-                         "answer", cleaners=(cleaning.drop_valueless,))
+                         kind, reason, cleaners=(cleaning.drop_valueless,))
 
 
 @register_injector
 class EncodingCorruption(Injector):
     subtype = "encoding_corruption"
     requires = ("value_col", "text_col")
-    description = "the number stored only as text ('1,2', '<0.3', '15.4 H')"
+    description = "the number stored only in the text column, in a form the database uses ('>300', '7.4')"
+    rationale = "the number is still in the text column: reading it from there recovers the answer"
 
     def inject(self, ctx: InjectContext) -> Injection | None:
         ev = ctx.evidence
         rows = _focus_rows(ctx)
         if not rows:
             return None
-        changes = []
-        for row in rows:
-            unit = row.get(ev.unit_col) if ev.unit_col else None
-            text = corrupted_text(row[ev.value_col], ctx.rng, row.get("ref_range_upper"), row.get("ref_range_lower"),
-                                  unit if unit and unit not in ("None", "units") else None)
-            changes.append(_value_changes(ctx, None, text))
+        forms = number_forms(_base_texts(ctx, digits=True)) or ["{v}"]
+        form = "{v}" if "{v}" in forms else forms[int(ctx.rng.integers(0, len(forms)))]
+        changes = [_value_changes(ctx, None, form.format(v=format_like(row[ev.value_col], row.get(ev.text_col))))
+                   for row in rows]
         desc = (f"{ev.value_col} {rows[0][ev.value_col]!r} stored only as text {changes[0][ev.text_col]!r}"
                 + (f" (and {len(rows) - 1} more rows)" if len(rows) > 1 else ""))
+        kind, reason = self.expected(ctx.template)
         return Injection(self.spec(Overlay((_replace_many(ctx, rows, changes),)), description=desc),
-                         "answer", cleaners=(cleaning.parse_text,))
+                         kind, reason, cleaners=(cleaning.parse_text,))

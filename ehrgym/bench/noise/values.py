@@ -10,15 +10,25 @@ import numpy as np
 
 from ehrgym.db.schema import table_spec
 
-MISSING_PLACEHOLDERS: tuple[str, ...] = ("___", "ERROR", "Unable to report", "see comment")
+# text of results without a number as the real MIMIC-IV demo stores them (labevents.value where
+# valuenum is NULL); used only where the database itself holds no such rows to copy forms from
+MISSING_PLACEHOLDERS: tuple[str, ...] = ("___", "ERROR", "UNABLE TO REPORT", "HOLD.  DISCARD GREATER THAN 4 HOURS OLD.")
+
+# values another column of the same row gives exactly: noise in them can be read around, so no
+# value noise goes there (ICU length of stay = outtime - intime)
+DERIVABLE: dict[tuple[str, str], str] = {("icustays", "los"): "outtime - intime"}
+
+
+def derivable(table: str, column: str | None) -> bool:
+    return column is not None and (table, column) in DERIVABLE
 
 
 def decimals_of(value: float) -> int:
     text = repr(float(value))
     if "e" in text:
-        return 3
+        return 6
     frac = text.split(".")[1].rstrip("0") if "." in text else ""
-    return min(len(frac), 3)
+    return min(len(frac), 6)
 
 
 def value_text(value: float | None) -> str | None:
@@ -31,22 +41,62 @@ def value_text(value: float | None) -> str | None:
     return f"{value:.{max(decimals_of(value), 1)}f}"
 
 
-def implausible(value: float, bounds: tuple[float, float], low: bool = False) -> float | None:
-    """A decimal-slip or sign error that leaves the physiologic range (HR 90 → 900, T 37.2 → 372)."""
+def format_like(value: float | None, like: Any) -> str | None:
+    """``value`` written as the text column writes the item's values: with the comparator prefix
+    ("<=4" → "<=8") and the fixed number of decimals ("3.0" → "30.0") of ``like``, a base row's
+    text, when that is a number; else as :func:`value_text` does."""
+    if value is None:
+        return None
+    import re
+
+    m = re.fullmatch(r"(<=|>=|=>|=<|<|>|=)?(\s*)-?[0-9]+(?:\.([0-9]+))?", str(like).strip()) \
+        if like is not None else None
+    if m is None:
+        return value_text(value)
+    k = len(m.group(3) or "")
+    text = f"{float(value):.{k}f}" if k else value_text(value)
+    return f"{m.group(1) or ''}{m.group(2) if m.group(1) else ''}{text}"
+
+
+def with_decimals(value: float, d: int) -> float:
+    """``value`` carrying ``d`` decimals like the item's other values: a conversion or slip that
+    drops decimals (0.7935 mg → 793.5 mcg) gets its last decimal filled back in (793.5003)."""
+    if decimals_of(value) >= d or d <= 0:
+        return value
+    digit = 1 + int(round(abs(value) * 10 ** min(d, 6))) % 9
+    return round(value + math.copysign(digit * 10.0 ** -d, value if value else 1.0), d)
+
+
+def implausible(value: float, bounds: tuple[float, float], low: bool = False,
+                readable=None) -> float | None:
+    """A decimal-slip or sign error far outside the plausible range (HR 90 → 900, T 37.2 → 372).
+
+    The slip must leave the range by a factor of 2 at least (a value just past a bound is a tail,
+    not an error), and ``readable(v)`` — true when ``v`` reads as a plausible value in another unit
+    of the item (creatinine 80 as µmol/L) — must be false; otherwise a sign error is used for items
+    that are never negative, or nothing."""
     lo, hi = bounds
     v = float(value)
+    d = decimals_of(v)
+
+    def ok(cand: float) -> bool:
+        return not (readable and readable(cand))
+
+    def same_precision(cand: float) -> float:
+        # a slip drops decimals (7.38 → 73.8); values of an item carry the item's precision, so the
+        # last decimal is filled back in (73.8 → 73.84) — still far outside the plausible range
+        return with_decimals(cand, d)
+
     if not low:
-        if v <= 0:
-            return round(hi * 10, 1) if hi > 0 else None
+        if v > 0:
+            for k in range(1, 7):
+                cand = same_precision(round(v * 10 ** k, max(d - k, 0)))
+                if cand > 2 * hi and ok(cand):
+                    return cand
+    elif lo > 0 and v > 0:
         for k in range(1, 7):
-            cand = round(v * 10 ** k, max(decimals_of(v) - k, 0))
-            if cand > hi:
-                return cand
-        return None
-    if lo > 0 and v > 0:
-        for k in range(1, 7):
-            cand = round(v / 10 ** k, decimals_of(v) + k)
-            if 0 < cand < lo:
+            cand = round(v / 10 ** k, d + k)
+            if 0 < cand < lo / 2 and ok(cand):
                 return cand
     if v > 0 and lo >= 0:
         return -v  # a sign slip: values of these items are never negative
@@ -66,11 +116,14 @@ def shifted(value: float, up: bool, bounds: tuple[float, float] | None) -> float
     return out
 
 
-def conflicting(value: float, rng: np.random.Generator, bounds: tuple[float, float] | None) -> float:
-    """A contradictory reading of the same sample: 20-40 % away, inside the plausible range."""
+def conflicting(value: float, rng: np.random.Generator, bounds: tuple[float, float] | None,
+                up: bool | None = None) -> float:
+    """A contradictory reading of the same sample: 20-40 % away (above it for ``up``, below for
+    not ``up``, either for None), inside the plausible range."""
     v = float(value)
     frac = float(rng.uniform(0.2, 0.4))
-    up = bool(rng.integers(0, 2))
+    coin = bool(rng.integers(0, 2))
+    up = coin if up is None else up
     if v == 0:
         return 1.0
     target = v * (1 + frac) if up else v * (1 - frac)
@@ -80,32 +133,31 @@ def conflicting(value: float, rng: np.random.Generator, bounds: tuple[float, flo
 
 
 def _distinct_round(target: float, original: float) -> float:
-    """``target`` rounded like MIMIC (1-3 decimals) but never back onto ``original``."""
-    for d in range(max(decimals_of(original), 1), 7):
-        out = round(target, d)
-        if out != original:
-            return out
-    return target
+    """``target`` with as many decimals as ``original`` (values of an item are stored with the
+    same precision), moved one unit of the last decimal when it rounds back onto ``original``."""
+    d = decimals_of(original)
+    out = round(target, d)
+    if out == original:
+        step = 10.0 ** -d
+        out = round(original + (step if target >= original else -step), d)
+    return float(out)
 
 
-def corrupted_text(value: float, rng: np.random.Generator, ref_upper: float | None = None,
-                   ref_lower: float | None = None, unit: str | None = None) -> str:
-    """The value stored as text a careless interface produces: "1,2", "<0.3", "15.4 H", "1.2 mg/dL"."""
-    v = float(value)
-    text = value_text(v) or ""
-    forms: list[str] = []
-    if not v.is_integer():
-        forms.append(text.replace(".", ","))
-    if ref_upper is not None and v > ref_upper:
-        forms.append(f"{text} H")
-    elif ref_lower is not None and v < ref_lower:
-        forms.append(f"{text} L")
-        if v > 0:
-            forms.append(f"<{text}")
-    if unit:
-        forms.append(f"{text} {unit}")
-    forms.append(f"{text} *")
-    return forms[int(rng.integers(0, len(forms)))]
+def number_forms(texts: list[str]) -> list[str]:
+    """Templates (``{v}`` for the number) of the number-bearing text forms in ``texts``: "{v}",
+    "<{v}", ">{v}", "{v} <unit>" …, in the order first seen; forms that hide which number was
+    measured (ranges "0-2", "16/.", comments) are left out."""
+    import re
+
+    out: list[str] = []
+    for text in texts:
+        m = re.fullmatch(r"\s*([<>]=?|GREATER THAN |LESS THAN )?([0-9]+(?:\.[0-9]+)?)(\s*[A-Za-z/%µ°]+)?\s*", text)
+        if m is None:
+            continue
+        form = f"{m.group(1) or ''}{{v}}{m.group(3) or ''}"
+        if form not in out:
+            out.append(form)
+    return out
 
 
 def shift_times(row: dict[str, Any], table: str, delta: dt.timedelta) -> dict[str, Any]:

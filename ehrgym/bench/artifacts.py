@@ -1,0 +1,277 @@
+"""Can noise be told from how the overlay stores it? A per-subtype storage-artifact classifier.
+
+For every noisy task whose overlay inserts rows, the shadowed table is scanned (the rows of the
+same item/drug as the inserted ones, in scan order) and each row described by storage features
+only — id rank, scan-position rank, their difference, NULL pattern, number of decimals, text
+form, time precision — beside untouched rows of the same patients, table and item. A depth-3 decision tree (balanced class weights) learns to tell the rows the
+overlay touched from the base rows of the same table and item; it is scored on held-out tasks
+(5 folds; tasks about the same patient, or the same cohort, stay in one fold — the same entity
+under several templates would otherwise let the tree recognise the rows themselves). Chance is
+0.5 balanced accuracy; the benchmark's bar is 0.55.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ehrgym.bench.noise.values import decimals_of, value_text
+from ehrgym.bench.task import Task
+from ehrgym.bench.templates import all_templates
+from ehrgym.db.overlay import OverlaySession, to_json_value
+from ehrgym.db.schema import table_spec
+
+FEATURES = ("id_rank", "position_rank", "id_minus_position", "null_cells", "value_null", "decimals",
+            "text_form", "time_seconds", "time_minutes")
+GROUP_COLUMNS = ("itemid", "drug", "medication", "test_itemid", "spec_itemid", "icd_code", "drg_type")
+MAX_ROWS_PER_GROUP = 20000
+FOLDS = 5
+BAR = 0.55
+
+
+@dataclass(frozen=True)
+class RowSet:
+    features: np.ndarray  # (n, len(FEATURES))
+    labels: np.ndarray  # 1: touched by the overlay
+    task: np.ndarray  # fold group of each row: tasks about the same patient (or cohort) share one
+
+
+def _text_form(text: Any, value: Any) -> int:
+    if text is None:
+        return -1
+    s = str(text)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value)):
+        return 0 if s == value_text(value) else 3
+    if re.search(r"[0-9]", s):
+        return 1
+    return 2
+
+
+def _stamp(value: Any) -> dt.datetime | None:
+    if isinstance(value, dt.datetime):
+        return value
+    return None
+
+
+@lru_cache(maxsize=1)
+def _templates() -> dict[str, Any]:
+    return {t.id: t for t in all_templates()}
+
+
+def task_rows(session: OverlaySession, task: Task, rng: np.random.Generator) -> tuple[list[list[float]], list[int]]:
+    """Features and labels of the touched rows of one noisy task and of base rows beside them."""
+    template = _templates().get(task.template_id)
+    if template is None or task.noise is None or task.noise.overlay.is_empty:
+        return [], []
+    ev = template.evidence
+    feats: list[list[float]] = []
+    labels: list[int] = []
+    session.apply(task.noise.overlay)
+    for table, edit in task.noise.overlay.merged().items():
+        if not edit.insert_rows:
+            continue
+        spec = table_spec(table)
+        names = spec.column_names
+        group = next((c for c in GROUP_COLUMNS if c in names and all(r.get(c) is not None for r in edit.insert_rows)),
+                     None)
+        where, vals = "", []
+        if group:
+            vals = sorted({r[group] for r in edit.insert_rows}, key=str)
+            where = f" WHERE {group} IN ({', '.join('?' for _ in vals)})"
+        id_col = ev.id_col if ev.table == table and ev.id_col in names else None
+        # scan order and ids of the whole group (two narrow columns), full rows of its patients only
+        subject = "subject_id" if "subject_id" in names else "NULL"
+        slim = session.con.execute(f"SELECT {subject}, {id_col or 'NULL'} FROM {spec.qualified}{where} "
+                                   f"LIMIT {MAX_ROWS_PER_GROUP}", vals).fetchall()
+        if not slim:
+            continue
+        subjects = {r.get("subject_id") for r in edit.insert_rows}
+        mine = [i for i, r in enumerate(slim) if subject == "NULL" or r[0] in subjects]
+        cond = (" AND " if where else " WHERE ") + f"subject_id IN ({', '.join('?' for _ in subjects)})" \
+            if subject != "NULL" else ""
+        cur = session.con.execute(f"SELECT * FROM {spec.qualified}{where}{cond}",
+                                  vals + (sorted(subjects, key=str) if cond else []))
+        cols = [d[0] for d in cur.description]
+        rows = dict(zip(mine, cur.fetchall()))  # same scan order: the k-th of them is the k-th of ``mine``
+        skip = {edit.dense_id} if edit.dense_id else set()
+        wanted = {tuple((c, to_json_value(r.get(c))) for c in cols if c not in skip) for r in edit.insert_rows}
+        touched = {i for i, row in rows.items()
+                   if tuple((c, to_json_value(v)) for c, v in zip(cols, row) if c not in skip) in wanted}
+        if not touched:
+            continue
+        n = len(slim)
+        id_rank = None
+        if id_col:
+            ids = np.array([float(r[1]) if r[1] is not None else np.nan for r in slim])
+            order = np.argsort(np.argsort(np.nan_to_num(ids, nan=-1e18), kind="stable"), kind="stable")
+            id_rank = order / max(n - 1, 1)
+        # base rows to compare with: first untouched rows of the same patients (what an agent looking
+        # at the question's patients sees beside the noise), then rows of other patients of the item
+        near = [i for i in rows if i not in touched]
+        want = 3 * len(touched)
+        pick = rng.choice(near, size=min(len(near), want), replace=False).tolist() if near else []
+        if len(pick) < want and subject != "NULL":
+            per: dict[Any, list[int]] = {}
+            for i, r in enumerate(slim):
+                if r[0] not in subjects:
+                    per.setdefault(r[0], []).append(i)
+            chosen, have = [], 0
+            for j in rng.permutation(len(per)).tolist():
+                key = list(per)[j]
+                chosen.append(key)
+                have += len(per[key])
+                if have >= want - len(pick):
+                    break
+            if chosen:
+                more = session.con.execute(
+                    f"SELECT * FROM {spec.qualified}{where}{(' AND ' if where else ' WHERE ')}subject_id IN "
+                    f"({', '.join('?' for _ in chosen)})", vals + sorted(chosen, key=str)).fetchall()
+                at = sorted(i for key in chosen for i in per[key])
+                rows.update(zip(at, more))
+                pick += rng.choice(at, size=min(len(at), want - len(pick)), replace=False).tolist()
+        pick = sorted(pick)
+        vcol = ev.value_col if ev.table == table else None
+        tcol = ev.text_col if ev.table == table else None
+        time_col = ev.time_col if ev.table == table else None
+        for i in sorted(touched) + pick:
+            r = dict(zip(cols, rows[i]))
+            pos = i / max(n - 1, 1)
+            idr = float(id_rank[i]) if id_rank is not None else 0.0
+            value = r.get(vcol) if vcol else None
+            finite = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value))
+            stamp = _stamp(r.get(time_col)) if time_col else None
+            feats.append([idr, pos, idr - pos, float(sum(v is None for v in r.values())),
+                          float(vcol is not None and value is None), float(decimals_of(value)) if finite else -1.0,
+                          float(_text_form(r.get(tcol), value)) if tcol else -1.0,
+                          float(stamp.second != 0) if stamp else -1.0, float(stamp.minute != 0) if stamp else -1.0])
+            labels.append(1 if i in touched else 0)
+    return feats, labels
+
+
+class DepthLimitedTree:
+    """A CART decision tree (Gini, balanced class weights) of limited depth, in numpy."""
+
+    def __init__(self, depth: int = 3, min_leaf: int = 5) -> None:
+        self.depth, self.min_leaf = depth, min_leaf
+        self.node: Any = None
+
+    def fit(self, x: np.ndarray, y: np.ndarray) -> "DepthLimitedTree":
+        w = np.where(y == 1, 0.5 / max((y == 1).sum(), 1), 0.5 / max((y == 0).sum(), 1))
+        self.node = self._grow(x, y, w, self.depth)
+        return self
+
+    def _leaf(self, y: np.ndarray, w: np.ndarray) -> Any:
+        return ("leaf", int(w[y == 1].sum() > w[y == 0].sum()))
+
+    def _grow(self, x, y, w, depth):
+        if depth == 0 or len(y) < 2 * self.min_leaf or len(set(y.tolist())) < 2:
+            return self._leaf(y, w)
+        best = None
+        total = w.sum()
+        for f in range(x.shape[1]):
+            vals = np.unique(x[:, f])
+            for thr in (vals[:-1] + vals[1:]) / 2:
+                left = x[:, f] <= thr
+                if left.sum() < self.min_leaf or (~left).sum() < self.min_leaf:
+                    continue
+                g = 0.0
+                for side in (left, ~left):
+                    ws = w[side].sum()
+                    p = w[side][y[side] == 1].sum() / ws if ws else 0.0
+                    g += ws / total * 2 * p * (1 - p)
+                if best is None or g < best[0] - 1e-12:
+                    best = (g, f, float(thr))
+        if best is None:
+            return self._leaf(y, w)
+        _, f, thr = best
+        left = x[:, f] <= thr
+        return ("split", f, thr, self._grow(x[left], y[left], w[left], depth - 1),
+                self._grow(x[~left], y[~left], w[~left], depth - 1))
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        out = np.empty(len(x), dtype=int)
+        for i, row in enumerate(x):
+            node = self.node
+            while node[0] == "split":
+                node = node[3] if row[node[1]] <= node[2] else node[4]
+            out[i] = node[1]
+        return out
+
+
+def balanced_accuracy(y: np.ndarray, pred: np.ndarray) -> float:
+    tpr = float((pred[y == 1] == 1).mean()) if (y == 1).any() else 0.0
+    tnr = float((pred[y == 0] == 0).mean()) if (y == 0).any() else 0.0
+    return (tpr + tnr) / 2
+
+
+def held_out_accuracy(rows: RowSet, depth: int = 3) -> float:
+    """Balanced accuracy of the tree on held-out tasks (5 folds by task, predictions pooled)."""
+    fold = rows.task % FOLDS
+    pred = np.zeros_like(rows.labels)
+    for k in range(FOLDS):
+        test = fold == k
+        if not test.any() or test.all():
+            continue
+        tree = DepthLimitedTree(depth).fit(rows.features[~test], rows.labels[~test])
+        pred[test] = tree.predict(rows.features[test])
+    return balanced_accuracy(rows.labels, pred)
+
+
+def _fold_key(task: Task) -> int:
+    import hashlib
+    import json
+
+    entity = task.meta.get("entity", {})
+    key = f"subject:{entity['subject_id']}" if "subject_id" in entity else json.dumps(entity, sort_keys=True)
+    return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16)
+
+
+def collect(db: str | Path, tasks: list[Task], seed: int = 0, per_subtype: int = 80) -> dict[str, RowSet]:
+    """Row features of up to ``per_subtype`` noisy tasks per subtype whose overlay inserts rows."""
+    import duckdb
+
+    from ehrgym.db.connect import attach_base
+    from ehrgym.db.schema import search_path_sql
+
+    con = duckdb.connect()
+    con.execute("SET threads = 1")  # scan order as one reader sees it
+    attach_base(con, db)
+    session = OverlaySession(con)
+    con.execute(search_path_sql())
+    rng = np.random.default_rng(seed)
+    by_sub: dict[str, list[Task]] = defaultdict(list)
+    for t in sorted(tasks, key=lambda t: t.task_id):
+        if t.variant == "noise" and t.noise is not None and any(e.insert_rows for e in t.noise.overlay.edits):
+            by_sub[t.noise.subtype].append(t)
+    out: dict[str, RowSet] = {}
+    try:
+        for sub, group in sorted(by_sub.items()):
+            feats, labels, owner = [], [], []
+            for task in group[:per_subtype]:
+                f, lab = task_rows(session, task, rng)
+                feats += f
+                labels += lab
+                owner += [_fold_key(task)] * len(lab)
+            if labels:
+                out[sub] = RowSet(np.array(feats, dtype=float), np.array(labels), np.array(owner))
+    finally:
+        con.close()
+    return out
+
+
+def artifact_report(db: str | Path, tasks: list[Task], seed: int = 0, per_subtype: int = 80) -> dict[str, Any]:
+    """``{subtype: {balanced_accuracy, entities, touched_rows, base_rows}}`` and the bar."""
+    report: dict[str, Any] = {}
+    for sub, rows in collect(db, tasks, seed, per_subtype).items():
+        report[sub] = {"balanced_accuracy": round(held_out_accuracy(rows), 3),
+                       "entities": int(len(set(rows.task.tolist()))),
+                       "touched_rows": int(rows.labels.sum()), "base_rows": int((rows.labels == 0).sum())}
+    return {"bar": BAR, "features": list(FEATURES), "tasks_per_subtype": per_subtype, "by_subtype": report}
