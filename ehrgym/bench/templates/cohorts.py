@@ -8,11 +8,11 @@ All templates here are tier 3 (cohort definitions with multi-step time logic).
 from __future__ import annotations
 
 from ehrgym.bench.templates.base import ADMISSION_WINDOW, ICU_WINDOW, Evidence, Template
-from ehrgym.bench.templates.concept_sql import (AKI_CONDITION, aki_condition, CREATININE, ICU_UNIT_VALUES, KDIGO_WORDS,
+from ehrgym.bench.templates.concept_sql import (AKI_CONDITION, aki_condition, kdigo_stage_case, CREATININE, ICU_UNIT_VALUES, KDIGO_WORDS,
                                                 SUSPICION_AFTER_H, SUSPICION_BEFORE_H, SUSPICION_WORDS,
                                                 VASOPRESSOR_IDS, VASOPRESSOR_WORDS, antibiotic_predicate,
                                                 icd_group_predicate, kdigo_flag_sql, organ_dysfunction_predicate)
-from ehrgym.bench.templates.hard_common import (HOURS, LAB_EVIDENCE, MEAN, PERIOD_WINDOW, WHEN, period_sampler)
+from ehrgym.bench.templates.hard_common import (COUNT, HOURS, LAB_EVIDENCE, MEAN, PERIOD_WINDOW, WHEN, period_sampler)
 from ehrgym.bench.templates.registry import register
 
 
@@ -55,6 +55,18 @@ AKI_FIRST_GOLD = f"""WITH cr AS (
   {kdigo_flag_sql('cr', 'hadm_id')}
 )
 SELECT min(charttime) FROM flagged WHERE {AKI_CONDITION}"""
+
+AKI_STAGE_GOLD = f"""WITH cr AS (
+  SELECT e.hadm_id, e.charttime, e.valuenum
+  FROM {{labevents}} e
+  WHERE e.subject_id = {{subject_id}} AND e.hadm_id = {{hadm_id}} AND e.itemid = {{itemid}}
+    AND e.valuenum IS NOT NULL
+), flagged AS (
+  {kdigo_flag_sql('cr', 'hadm_id')}
+), staged AS (
+  SELECT charttime, {kdigo_stage_case()} AS stage FROM flagged
+)
+SELECT max(stage) FROM staged"""
 
 # ICU stays by first care unit: AKI within the first 7 days of the stay (creatinine of the admission)
 ICU_AKI_MEMBERS = f"""SELECT s.stay_id, s.intime AS t, u.careunit AS unit,
@@ -180,7 +192,8 @@ SEPSIS_LIKE_MEMBERS = f"""SELECT a.hadm_id, a.admittime AS t, a.hospital_expire_
 SEPSIS_LIKE_GOLD = f"""WITH abx AS (
   SELECT p.hadm_id, p.starttime
   FROM mimiciv_hosp.prescriptions p
-  WHERE {antibiotic_predicate('p')}
+  JOIN mimiciv_hosp.admissions a ON a.hadm_id = p.hadm_id
+  WHERE {antibiotic_predicate('p')} AND a.admittime >= {{t0}} AND a.admittime < {{t1}}
 ), suspicion AS (
   SELECT a.hadm_id, min(least(a.starttime, m.charttime)) AS suspected_at
   FROM abx a
@@ -332,5 +345,28 @@ WHERE itemid IN ({VASOPRESSOR_IDS}) AND endtime > starttime GROUP BY ALL""",
         noise=("conflicting_records", "missing_evidence", "temporal_mismatch", "out_of_scope"),
         time_window=PERIOD_WINDOW,
         description="in-hospital mortality of a sepsis-like cohort (suspected infection + organ dysfunction)",
+    ),
+    CohortTemplate(
+        id="labs.aki_max_kdigo_stage", intent="labs", level="patient", tier=3,
+        paraphrases=(
+            "What was the highest KDIGO creatinine stage of acute kidney injury (0-3) reached by patient "
+            "{subject_id} during admission {hadm_id}? Stage 1: creatinine >= 0.3 mg/dL above the 48-hour low or "
+            ">= 1.5x the 7-day low; stage 2: >= 2x the 7-day low; stage 3: >= 3x the 7-day low, or >= 4.0 mg/dL "
+            "after an acute rise.",
+            "Patient {subject_id}, admission {hadm_id}: peak AKI stage by the KDIGO creatinine criteria (1 = rise "
+            ">= 0.3 mg/dL within 48 h or >= 1.5x baseline over 7 days, 2 = >= 2x baseline, 3 = >= 3x baseline or "
+            "creatinine >= 4.0 mg/dL with an acute rise; baseline = lowest value of the previous 7 days).",
+            "Staging acute kidney injury by KDIGO creatinine criteria against the lowest creatinine of the "
+            "previous 48 hours / 7 days (stage 1: +0.3 mg/dL or 1.5x, stage 2: 2x, stage 3: 3x or >= 4.0 mg/dL "
+            "with an acute rise), what maximum stage did admission {hadm_id} of patient {subject_id} reach?",
+        ),
+        sampler_sql=AKI_ADMISSIONS,
+        gold_sql=AKI_STAGE_GOLD,
+        answer=COUNT,
+        evidence=Evidence(**LAB_EVIDENCE, where="e.hadm_id = {hadm_id} AND e.itemid = {itemid}", focus="min",
+                          aggregate=True, extreme="low"),
+        noise=("missing_evidence", "out_of_window", "conflicting_records", "implausible_value", "unit_mismatch",
+               "encoding_corruption", "nonexistent_entity", "out_of_scope"),
+        entity_ref="subject_id", description="peak KDIGO creatinine stage of an admission",
     ),
 )

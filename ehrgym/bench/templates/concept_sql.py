@@ -115,11 +115,30 @@ def aki_condition(alias: str = "") -> str:
 
 AKI_CONDITION = aki_condition()
 
+
+def kdigo_stage_case(alias: str = "") -> str:
+    """KDIGO creatinine stage (0-3) of a row of ``kdigo_flag_sql``, as in ``kdigo_stages.sql``:
+    3 = >= 3x the 7-day low, or >= 4.0 mg/dL with an acute rise (48-h low <= 3.7 or >= 1.5x the
+    7-day low); 2 = >= 2x the 7-day low; 1 = the AKI criteria above."""
+    a = f"{alias}." if alias else ""
+    v, l48, l7 = f"{a}valuenum", f"{a}low48", f"{a}low7d"
+    return (f"CASE WHEN {v} >= 3.0 * {l7} OR ({v} >= 4.0 AND ({l48} <= 3.7 OR {v} >= 1.5 * {l7})) THEN 3 "
+            f"WHEN {v} >= 2.0 * {l7} THEN 2 WHEN {aki_condition(alias)} THEN 1 ELSE 0 END")
+
 # ---------------------------------------------------------------- suspected infection
 SUSPICION_BEFORE_H = 72  # culture up to 72 h before the antibiotic
 SUSPICION_AFTER_H = 24  # or up to 24 h after it
 SUSPICION_WORDS = ("suspected infection (a systemic antibiotic ordered with a culture drawn up to 72 hours before "
                    "or 24 hours after it)")
+
+# ---------------------------------------------------------------- organisms grown (microbiologyevents)
+NON_ORGANISM_RESULTS: tuple[str, ...] = ("CANCELLED",)  # org_name values that report no growth at all
+
+
+def organism_grown_predicate(alias: str = "m") -> str:
+    """Predicate on a ``microbiologyevents`` row: the culture grew an organism."""
+    return f"{alias}.org_name IS NOT NULL AND {alias}.org_name NOT IN ({strings(NON_ORGANISM_RESULTS)})"
+
 
 # ---------------------------------------------------------------- organ dysfunction (SOFA-style thresholds)
 ORGAN_DYSFUNCTION: dict[int, tuple[str, str]] = {  # itemid -> (comparison, clinical name)

@@ -9,7 +9,7 @@ from ehrgym.bench.templates.base import ADMISSION_WINDOW, ICU_WINDOW, Evidence, 
 from ehrgym.bench.templates.concept_sql import (EMERGENCY_ADMISSION_TYPES, ICU_PROCEDURE_VALUES, ICU_UNIT_VALUES,
                                                 LAB_NAME_VALUES, MAP_BOUNDS, MAP_ITEMS, TEMP_BOUNDS, TEMP_C, TEMP_F,
                                                 ICU_UNITS, VASOPRESSOR_IDS, VASOPRESSOR_WORDS, antibiotic_predicate,
-                                                emar_antibiotic_predicate, ints, strings)
+                                                emar_antibiotic_predicate, ints, organism_grown_predicate, strings)
 from ehrgym.bench.templates.hard_common import (CHART_EVIDENCE, COUNT, HOURS, LAB_EVIDENCE, MEAN, NAMES, NUMBER,
                                                 PERIOD_WINDOW, period_sampler)
 from ehrgym.bench.templates.registry import register
@@ -74,6 +74,26 @@ CROSS JOIN first_pressor f
 WHERE e.subject_id = {{subject_id}} AND e.stay_id = {{stay_id}} AND e.itemid IN ({MAP_IDS})
   AND e.valuenum < 65 AND e.charttime < f.t"""
 
+# ---------------------------------------------------------------- vitals: lowest MAP while a vasopressor runs
+
+ON_PRESSOR = (f"EXISTS (SELECT 1 FROM mimiciv_icu.inputevents p WHERE p.stay_id = e.stay_id "
+              f"AND p.itemid IN ({VASOPRESSOR_IDS}) AND e.charttime BETWEEN p.starttime AND p.endtime)")
+
+MAP_ON_PRESSOR_SAMPLER = f"""SELECT e.subject_id, e.stay_id
+FROM mimiciv_icu.chartevents e
+WHERE e.itemid IN ({MAP_IDS}) AND {ON_PRESSOR}
+GROUP BY ALL HAVING count(*) >= 2"""
+
+MAP_ON_PRESSOR_GOLD = f"""WITH infusions AS (
+  SELECT p.starttime, p.endtime
+  FROM mimiciv_icu.inputevents p
+  WHERE p.stay_id = {{stay_id}} AND p.itemid IN ({VASOPRESSOR_IDS}) AND p.endtime > p.starttime
+)
+SELECT min(e.valuenum)
+FROM {{chartevents}} e
+WHERE e.subject_id = {{subject_id}} AND e.stay_id = {{stay_id}} AND e.itemid IN ({MAP_IDS})
+  AND EXISTS (SELECT 1 FROM infusions i WHERE e.charttime BETWEEN i.starttime AND i.endtime)"""
+
 # ---------------------------------------------------------------- vitals: temperature in °C over both items
 
 TEMP_SAMPLER = f"""SELECT c.subject_id, c.stay_id
@@ -116,7 +136,7 @@ BEFORE_ABX_SAMPLER = f"""WITH first_abx AS (
 )
 SELECT m.subject_id, m.hadm_id
 FROM mimiciv_hosp.microbiologyevents m JOIN first_abx f ON f.hadm_id = m.hadm_id
-WHERE m.org_name IS NOT NULL AND m.charttime < f.t
+WHERE {organism_grown_predicate('m')} AND m.charttime < f.t
 GROUP BY ALL HAVING count(*) FILTER (WHERE m.org_name LIKE '%,%') = 0"""
 
 BEFORE_ABX_GOLD = f"""WITH first_abx AS (
@@ -126,7 +146,8 @@ BEFORE_ABX_GOLD = f"""WITH first_abx AS (
 )
 SELECT DISTINCT e.org_name
 FROM {{microbiologyevents}} e CROSS JOIN first_abx f
-WHERE e.subject_id = {{subject_id}} AND e.hadm_id = {{hadm_id}} AND e.org_name IS NOT NULL AND e.charttime < f.t
+WHERE e.subject_id = {{subject_id}} AND e.hadm_id = {{hadm_id}} AND {organism_grown_predicate('e')}
+  AND e.charttime < f.t
 ORDER BY e.org_name"""
 
 # ---------------------------------------------------------------- encounters: ICU hours over transfers
@@ -276,7 +297,8 @@ register(
         sampler_sql=BEFORE_ABX_SAMPLER,
         gold_sql=BEFORE_ABX_GOLD,
         answer=NAMES,
-        evidence=Evidence(table="microbiologyevents", where="e.hadm_id = {hadm_id} AND e.org_name IS NOT NULL",
+        evidence=Evidence(table="microbiologyevents", where="e.hadm_id = {hadm_id} AND "
+                          + organism_grown_predicate("e"),
                           key=("micro_specimen_id", "test_itemid", "org_itemid", "isolate_num", "ab_itemid"),
                           id_col="microevent_id", time_col="charttime", window=ADMISSION_WINDOW,
                           store_col="storetime", category_col="org_name", focus="first"),
@@ -349,5 +371,26 @@ WHERE careunit IN ({ICU_CAREUNITS}) AND eventtype IN ('admit', 'transfer') AND o
                "out_of_scope"),
         entity_ref="stay_id", lexical="procedure", premise=PROC_PREMISE,
         description="hours from ICU admission to the first ICU procedure of a kind",
+    ),
+    TimingTemplate(
+        id="vitals.lowest_map_on_vasopressor", intent="vitals", level="patient", tier=3,
+        paraphrases=(
+            "During ICU stay {stay_id} of patient {subject_id}, what was the lowest mean arterial pressure "
+            f"(invasive or non-invasive) charted while {VASOPRESSOR_WORDS} was infusing?",
+            "Patient {subject_id}, ICU stay {stay_id}: minimum MAP in mmHg, arterial line or cuff, over the "
+            "readings taken during a running vasopressor infusion (norepinephrine, epinephrine, vasopressin, "
+            "phenylephrine or dopamine).",
+            "While on vasopressors (norepinephrine, epinephrine, vasopressin, phenylephrine or dopamine) in ICU "
+            "stay {stay_id}, how low did patient {subject_id}'s mean arterial pressure go (either measurement "
+            "route)?",
+        ),
+        sampler_sql=MAP_ON_PRESSOR_SAMPLER,
+        gold_sql=MAP_ON_PRESSOR_GOLD,
+        answer=NUMBER,
+        evidence=Evidence(**CHART_EVIDENCE, where=f"e.stay_id = {{stay_id}} AND e.itemid IN ({MAP_IDS}) AND "
+                          + ON_PRESSOR, bounds=MAP_BOUNDS, focus="min", aggregate=True, extreme="low"),
+        noise=("missing_evidence", "conflicting_records", "implausible_value", "encoding_corruption",
+               "nonexistent_entity", "out_of_scope"),
+        entity_ref="stay_id", description="lowest MAP during vasopressor infusions",
     ),
 )
