@@ -323,7 +323,7 @@ WHERE careunit IN ({ICU_CAREUNITS}) AND eventtype IN ('admit', 'transfer') AND o
                           "AND e.eventtype IN ('admit', 'transfer')", key=("hadm_id", "intime"),
                           id_col="transfer_id", time_col="intime", window=ADMISSION_WINDOW, category_col="careunit",
                           focus="first"),
-        noise=("missing_evidence", "duplicate_records", "out_of_window", "nonexistent_entity", "out_of_scope"),
+        noise=("missing_evidence", "duplicate_records", "nonexistent_entity", "out_of_scope"),
         entity_ref="hadm_id", description="total hours in intensive care units over the transfers of an admission",
     ),
     TimingTemplate(
