@@ -588,3 +588,31 @@ def test_a_wrong_definition_is_caught(hard_builder, synth_frames):
         got = hard_builder.verifier.value(sql, t.answer)
         disagree += not answers_match(got, aki_max_kdigo_stage(synth_frames, c.params), t.answer)
     assert disagree >= 1
+
+
+def test_card_reports_complexity_by_tier(synth_db):
+    from ehrgym.bench.builder import make_tasks
+    from ehrgym.bench.card import card_markdown, make_card
+
+    templates = [get_template("labs.first_value_admission"), get_template("labs.aki_onset_time"),
+                 get_template("labs.cohort_icu_aki_rate")]
+    b = Builder(synth_db, BuildConfig("t", 12, min_candidates=16, tier_weights=(1.0, 1.0, 2.0)), seed=3,
+                progress=False, templates=templates)
+    try:
+        drafts = b.run()
+    finally:
+        b.close()
+    tasks = make_tasks(drafts, _AnySplit())
+    assert {t.meta["tier"] for t in tasks} == {1, 3}
+    card = make_card(tasks, {})
+    tiers = card["sql_complexity"]["by_tier"]
+    assert set(tiers) == {"1", "3"} and tiers["3"]["mean"] > tiers["1"]["mean"]
+    assert sum(card["by_tier"].values()) == card["pairs"] and card["by_tier"]["3"] > card["by_tier"]["1"]
+    assert "## Difficulty tiers" in card_markdown(card)
+
+
+class _AnySplit(dict):
+    """Every pair in the train split."""
+
+    def __missing__(self, key):
+        return "train"

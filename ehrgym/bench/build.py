@@ -102,7 +102,11 @@ def _cpu_seconds() -> float:
 def summary(result: BuildResult) -> str:
     counts = Counter(t.split for t in result.tasks if t.variant == "noise")
     r = result.report
+    from ehrgym.bench.complexity import complexity_by_tier
+
+    tiers = ", ".join(f"tier {k}: {v['mean']} ({v['tasks']} tasks)" for k, v in complexity_by_tier(result.tasks).items())
     return (f"{r['kept_pairs']} pairs ({r['target_pairs']} planned) → {result.out}\n"
             f"splits: {dict(sorted(counts.items()))}\n"
+            f"gold SQL complexity by tier: {tiers}\n"
             f"content hash: {result.manifest['content_hash']}\n"
             f"timings (s): {r['timings_seconds']}")
