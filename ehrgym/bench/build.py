@@ -104,7 +104,8 @@ def summary(result: BuildResult) -> str:
     r = result.report
     from ehrgym.bench.complexity import complexity_by_tier
 
-    tiers = ", ".join(f"tier {k}: {v['mean']} ({v['tasks']} tasks)" for k, v in complexity_by_tier(result.tasks).items())
+    tiers = ", ".join(f"tier {k}: {v['mean']} ({v['tasks']} tasks)"
+                      for k, v in complexity_by_tier(result.tasks).items())
     return (f"{r['kept_pairs']} pairs ({r['target_pairs']} planned) → {result.out}\n"
             f"splits: {dict(sorted(counts.items()))}\n"
             f"gold SQL complexity by tier: {tiers}\n"

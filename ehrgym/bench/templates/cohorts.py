@@ -8,10 +8,11 @@ All templates here are tier 3 (cohort definitions with multi-step time logic).
 from __future__ import annotations
 
 from ehrgym.bench.templates.base import ADMISSION_WINDOW, ICU_WINDOW, Evidence, Template
-from ehrgym.bench.templates.concept_sql import (AKI_CONDITION, aki_condition, kdigo_stage_case, CREATININE, ICU_UNIT_VALUES, KDIGO_WORDS,
+from ehrgym.bench.templates.concept_sql import (AKI_CONDITION, CREATININE, ICU_UNIT_VALUES, KDIGO_WORDS,
                                                 SUSPICION_AFTER_H, SUSPICION_BEFORE_H, SUSPICION_WORDS,
-                                                VASOPRESSOR_IDS, VASOPRESSOR_WORDS, antibiotic_predicate,
-                                                icd_group_predicate, kdigo_flag_sql, organ_dysfunction_predicate)
+                                                VASOPRESSOR_IDS, VASOPRESSOR_WORDS, aki_condition,
+                                                antibiotic_predicate, icd_group_predicate, kdigo_flag_sql,
+                                                kdigo_stage_case, organ_dysfunction_predicate)
 from ehrgym.bench.templates.hard_common import (COUNT, HOURS, LAB_EVIDENCE, MEAN, PERIOD_WINDOW, WHEN, period_sampler)
 from ehrgym.bench.templates.registry import register
 
@@ -129,7 +130,7 @@ SELECT sum(hours) FROM (
   FROM islands GROUP BY island
 )"""
 
-PRESSOR_DOSE_SAMPLER = f"""SELECT c.itemid, d.label AS drug, c.t0, c.t1 FROM (
+PRESSOR_DOSE_SAMPLER = f"""SELECT c.itemid, lower(d.label) AS drug, c.t0, c.t1 FROM (
 {period_sampler(f'''  SELECT s.stay_id, s.intime AS t, v.itemid, TRUE AS positive
   FROM mimiciv_icu.icustays s
   JOIN mimiciv_hosp.diagnoses_icd dx ON dx.hadm_id = s.hadm_id
@@ -149,7 +150,7 @@ PRESSOR_DOSE_GOLD = f"""WITH septic AS (
   FROM {{inputevents}} e
   JOIN mimiciv_icu.d_items d ON d.itemid = e.itemid
   JOIN septic c ON c.stay_id = e.stay_id
-  WHERE d.itemid = {{itemid}} AND d.label = {{drug}}
+  WHERE d.itemid = {{itemid}} AND lower(d.label) = {{drug}}
     AND e.starttime >= c.intime AND e.starttime < c.intime + INTERVAL 24 HOUR
   GROUP BY c.stay_id
   HAVING sum(e.amount) > 0
@@ -249,7 +250,8 @@ register(
         gold_sql=ICU_AKI_GOLD,
         answer=MEAN,
         evidence=Evidence(**LAB_EVIDENCE, where="e.itemid = {itemid} AND e.hadm_id IN (SELECT s.hadm_id FROM "
-                          "mimiciv_icu.icustays s JOIN (" + ICU_UNIT_VALUES + ") u(careunit, unit_name) ON u.careunit = s.first_careunit "
+                          "mimiciv_icu.icustays s JOIN (" + ICU_UNIT_VALUES + ") u(careunit, unit_name) "
+                          "ON u.careunit = s.first_careunit "
                           "WHERE u.unit_name = {unit_name} AND s.intime >= {t0} AND s.intime < {t1})",
                           focus="min", aggregate=True, extreme="low"),
         noise=("out_of_window", "conflicting_records", "implausible_value", "missing_evidence", "temporal_mismatch",
@@ -260,8 +262,8 @@ register(
     CohortTemplate(
         id="medications.vasopressor_hours", intent="medications", level="patient", tier=3,
         paraphrases=(
-            f"During ICU stay {{stay_id}} of patient {{subject_id}}, for how many hours in total was {VASOPRESSOR_WORDS} "
-            "infusing? Count overlapping infusions once.",
+            f"During ICU stay {{stay_id}} of patient {{subject_id}}, for how many hours in total was "
+            f"{VASOPRESSOR_WORDS} infusing? Count overlapping infusions once.",
             f"How many hours of ICU stay {{stay_id}} (patient {{subject_id}}) were spent on at least one infusion of "
             f"{VASOPRESSOR_WORDS}? Periods with several drugs running at once count once.",
             f"Patient {{subject_id}}, ICU stay {{stay_id}}: total vasopressor time in hours, where a vasopressor is "

@@ -191,7 +191,7 @@ VENT_GOLD = f"""WITH pneumonia AS (
 )
 SELECT round(100.0 * (SELECT count(*) FROM ventilated) / count(*), 2) FROM pneumonia"""
 
-# ---------------------------------------------------------------- microbiology: positive blood cultures when infection is suspected
+# ---------------------------------------------------------------- microbiology: positive blood cultures on suspicion
 
 BCX_MEMBERS = f"""  WITH {_suspicion_cte('p.hadm_id IS NOT NULL')}
   SELECT s.hadm_id, a.admittime AS t,
@@ -239,7 +239,8 @@ SEPSIS_ABX_MEMBERS = f"""  SELECT a.hadm_id, a.admittime AS t, TRUE AS positive
   FROM mimiciv_hosp.admissions a
   WHERE EXISTS (SELECT 1 FROM mimiciv_hosp.diagnoses_icd dx WHERE dx.hadm_id = a.hadm_id
                 AND {icd_group_predicate('sepsis')})
-    AND EXISTS (SELECT 1 FROM mimiciv_hosp.prescriptions p WHERE p.hadm_id = a.hadm_id AND {antibiotic_predicate('p')})"""
+    AND EXISTS (SELECT 1 FROM mimiciv_hosp.prescriptions p
+                WHERE p.hadm_id = a.hadm_id AND {antibiotic_predicate('p')})"""
 
 SEPSIS_ABX_GOLD = f"""WITH septic AS (
   SELECT DISTINCT a.hadm_id, a.admittime

@@ -53,7 +53,8 @@ ORDER BY n.itemid""")
 
 # ---------------------------------------------------------------- vitals: MAP < 65 before the first vasopressor
 
-FIRST_PRESSOR = f"SELECT min(p.starttime) FROM mimiciv_icu.inputevents p WHERE p.stay_id = {{stay_id}} AND p.itemid IN ({VASOPRESSOR_IDS})"
+FIRST_PRESSOR = (f"SELECT min(p.starttime) FROM mimiciv_icu.inputevents p "
+                 f"WHERE p.stay_id = {{stay_id}} AND p.itemid IN ({VASOPRESSOR_IDS})")
 
 MAP_SAMPLER = f"""WITH first_pressor AS (
   SELECT stay_id, min(starttime) AS t FROM mimiciv_icu.inputevents WHERE itemid IN ({VASOPRESSOR_IDS}) GROUP BY stay_id
