@@ -46,18 +46,30 @@ def test_at_least_20_hard_templates_cover_every_intent_and_level():
     assert sum(t.tier == 3 for t in HARD) >= 15
 
 
+def _variant(gold_sql: str, tier: int = 0) -> Template:
+    base = get_template("labs.aki_onset_time")
+    return Template(id="labs.tier_probe", intent="labs", level="patient", paraphrases=base.paraphrases,
+                    sampler_sql="SELECT 1", gold_sql=gold_sql, answer=base.answer, evidence=base.evidence,
+                    noise=("out_of_scope",), tier=tier)
+
+
 def test_every_template_has_a_tier_and_the_rule_is_applied():
     assert {t.tier for t in all_templates()} <= set(TIERS)
-    assert get_template("labs.first_value_admission").tier == 1  # one table (+ its dictionary)
-    assert get_template("labs.cohort_mean_first").tier == 2  # a window function over a CTE
-    assert get_template("labs.aki_onset_time").tier == 3  # stated explicitly
     for t in all_templates():
         if t.__class__.__module__.rsplit(".", 1)[-1] not in HARD_MODULES:
             assert t.tier == infer_tier(t), t.id
-    base = get_template("labs.first_value_admission")
+    lookup = ("SELECT max(e.valuenum) FROM {labevents} e JOIN mimiciv_hosp.d_labitems d ON d.itemid = e.itemid "
+              "WHERE e.hadm_id = {hadm_id} AND d.label = {subject_id}")
+    assert _variant(lookup).tier == 1  # one clinical table (+ its dictionary)
+    joined = lookup.replace("JOIN mimiciv_hosp.d_labitems d ON d.itemid = e.itemid",
+                            "JOIN mimiciv_hosp.admissions d ON d.hadm_id = e.hadm_id")
+    assert _variant(joined).tier == 2  # two clinical tables
+    windowed = "SELECT first(v) FROM (SELECT e.valuenum AS v, row_number() OVER () AS r FROM {labevents} e " \
+               "WHERE e.hadm_id = {hadm_id} AND e.subject_id = {subject_id})"
+    assert _variant(windowed).tier == 2  # several query blocks, a window function
+    assert _variant(lookup, tier=3).tier == 3  # stated explicitly
     with pytest.raises(BenchmarkError, match="tier"):
-        Template(id="x.y", intent="labs", level="patient", paraphrases=base.paraphrases, sampler_sql="SELECT 1",
-                 gold_sql=base.gold_sql, answer=base.answer, evidence=base.evidence, noise=base.noise, tier=4)
+        _variant(lookup, tier=4)
 
 
 @pytest.mark.parametrize("template", HARD, ids=lambda t: t.id)

@@ -389,7 +389,8 @@ register(
         answer=MEAN,
         evidence=Evidence(table="diagnoses_icd", where=icd_group_predicate('pneumonia', 'e') + " AND "
                           + PERIOD_ADMISSIONS, key=("hadm_id", "seq_num"), category_col="icd_code"),
-        noise=("conflicting_records", "missing_evidence", "temporal_mismatch", "out_of_scope"),
+        # (no conflicting records: a second code at the same position leaves the pneumonia code, and the answer)
+        noise=("missing_evidence", "temporal_mismatch", "out_of_scope"),
         time_window=PERIOD_WINDOW,
         description="share of pneumonia admissions with invasive ventilation",
     ),

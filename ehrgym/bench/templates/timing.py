@@ -348,8 +348,8 @@ WHERE careunit IN ({ICU_CAREUNITS}) AND eventtype IN ('admit', 'transfer') AND o
                           where="u.unit_name = {unit_name} AND e.intime >= {t0} AND e.intime < {t1}",
                           key=("subject_id", "intime"), id_col="stay_id", time_col="intime",
                           window=ADMISSION_WINDOW, category_col="first_careunit", focus="any"),
-        noise=("duplicate_records", "conflicting_records", "missing_evidence", "temporal_mismatch",
-               "lexical_variation", "out_of_scope"),
+        # (no conflicting records: a copy of a stay in another unit leaves the unit's stay, and the answer)
+        noise=("duplicate_records", "missing_evidence", "temporal_mismatch", "lexical_variation", "out_of_scope"),
         lexical="unit_name", time_window=PERIOD_WINDOW,
         description="mean ICU length of stay of a unit's early ICU admissions after emergency admission",
     ),
