@@ -49,8 +49,9 @@ def build_benchmark(db: str | Path, out: str | Path, config: str | BuildConfig =
     tasks = make_tasks(drafts, splits)
     info = {"config": cfg.to_dict(), "seed": int(seed), "db_source": bookkeeping.get("source", "unknown"),
             "db_content_hash": bookkeeping.get("content_hash"), "ood_templates": held,
-            "distribution": ("even over (intent, level) cells with templates, then over noise levels, subtypes "
-                             "and templates; deficits of a slot go to its cell, then to all slots "
+            "distribution": ("even over (intent, level) cells with templates, then over noise levels and "
+                             "subtypes, then over templates in proportion to their tier weight "
+                             f"{list(cfg.tier_weights)}; deficits of a slot go to its cell, then to all slots "
                              "(ehrgym.bench.configs)")}
     card = make_card(tasks, info)
     stats = builder.stats
