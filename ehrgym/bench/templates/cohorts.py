@@ -297,9 +297,12 @@ WHERE itemid IN ({VASOPRESSOR_IDS}) AND endtime > starttime GROUP BY ALL""",
         gold_sql=PRESSOR_DOSE_GOLD,
         answer=MEAN,
         evidence=Evidence(table="inputevents",
-                          where="e.itemid = {itemid} AND e.stay_id IN (SELECT s.stay_id FROM mimiciv_icu.icustays s "
-                                "JOIN mimiciv_hosp.diagnoses_icd dx ON dx.hadm_id = s.hadm_id WHERE "
-                                + icd_group_predicate("sepsis") + " AND s.intime >= {t0} AND s.intime < {t1})",
+                          # the rows the gold reads: the drug in the first 24 h of septic stays of the period
+                          where="e.itemid = {itemid} AND EXISTS (SELECT 1 FROM mimiciv_icu.icustays s "
+                                "JOIN mimiciv_hosp.diagnoses_icd dx ON dx.hadm_id = s.hadm_id "
+                                "WHERE s.stay_id = e.stay_id AND " + icd_group_predicate("sepsis")
+                                + " AND s.intime >= {t0} AND s.intime < {t1} AND e.starttime >= s.intime "
+                                "AND e.starttime < s.intime + INTERVAL 24 HOUR)",
                           key=("stay_id", "itemid", "starttime"), id_col="orderid", time_col="starttime",
                           window=ICU_WINDOW, store_col="storetime", value_col="amount", unit_col="amountuom",
                           item_col="itemid", item_param="itemid", focus="any", aggregate=True),

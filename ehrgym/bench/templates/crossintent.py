@@ -299,9 +299,11 @@ register(
         gold_sql=RR_GOLD,
         answer=MEAN,
         evidence=Evidence(**CHART_EVIDENCE, item_col="itemid", item_param="itemid",
-                          where="e.itemid = {itemid} AND e.stay_id IN (SELECT s.stay_id FROM mimiciv_icu.icustays s "
-                                "JOIN mimiciv_hosp.diagnoses_icd dx ON dx.hadm_id = s.hadm_id WHERE "
-                                + icd_group_predicate('pneumonia') + " AND s.intime >= {t0} AND s.intime < {t1})",
+                          where="e.itemid = {itemid} AND EXISTS (SELECT 1 FROM mimiciv_icu.icustays s "
+                                "JOIN mimiciv_hosp.diagnoses_icd dx ON dx.hadm_id = s.hadm_id "
+                                "WHERE s.stay_id = e.stay_id AND " + icd_group_predicate('pneumonia')
+                                + " AND s.intime >= {t0} AND s.intime < {t1} "
+                                "AND e.charttime BETWEEN s.intime AND s.intime + INTERVAL 24 HOUR)",
                           focus="max", aggregate=True),
         noise=("conflicting_records", "implausible_value", "encoding_corruption", "missing_evidence",
                "temporal_mismatch", "out_of_scope"),
@@ -325,10 +327,11 @@ register(
         gold_sql=SI_GOLD,
         answer=MEAN,
         evidence=Evidence(**CHART_EVIDENCE, item_col="itemid", item_param="itemid",
-                          where="e.itemid = {itemid} AND e.stay_id IN (SELECT s.stay_id FROM mimiciv_icu.icustays s "
+                          where="e.itemid = {itemid} AND EXISTS (SELECT 1 FROM mimiciv_icu.icustays s "
                                 "JOIN (" + ICU_UNIT_VALUES + ") u(careunit, unit_name) ON u.careunit = "
-                                "s.first_careunit WHERE u.unit_name = {unit_name} AND s.intime >= {t0} "
-                                "AND s.intime < {t1})",
+                                "s.first_careunit WHERE s.stay_id = e.stay_id AND u.unit_name = {unit_name} "
+                                "AND s.intime >= {t0} AND s.intime < {t1} "
+                                "AND e.charttime BETWEEN s.intime AND s.intime + INTERVAL 24 HOUR)",
                           focus="max", aggregate=True),
         noise=("conflicting_records", "temporal_mismatch", "lexical_variation", "out_of_scope"),
         lexical="unit_name", time_window=PERIOD_WINDOW,
@@ -368,8 +371,8 @@ register(
         answer=MEAN,
         evidence=Evidence(**LAB_EVIDENCE, where="e.itemid = {itemid} AND " + PERIOD_ADMISSIONS, focus="min",
                           aggregate=True, extreme="low"),
-        noise=("out_of_window", "conflicting_records", "implausible_value", "unit_mismatch", "encoding_corruption",
-               "missing_evidence", "temporal_mismatch", "out_of_scope"),
+        noise=("out_of_window", "conflicting_records", "implausible_value", "missing_evidence", "temporal_mismatch",
+               "out_of_scope"),
         time_window=PERIOD_WINDOW,
         description="share of KDIGO (creatinine) acute kidney injury admissions with an AKI diagnosis code",
     ),
