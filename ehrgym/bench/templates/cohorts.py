@@ -249,10 +249,10 @@ register(
         sampler_sql=ICU_AKI_SAMPLER,
         gold_sql=ICU_AKI_GOLD,
         answer=MEAN,
-        evidence=Evidence(**LAB_EVIDENCE, where="e.itemid = {itemid} AND e.hadm_id IN (SELECT s.hadm_id FROM "
-                          "mimiciv_icu.icustays s JOIN (" + ICU_UNIT_VALUES + ") u(careunit, unit_name) "
-                          "ON u.careunit = s.first_careunit "
-                          "WHERE u.unit_name = {unit_name} AND s.intime >= {t0} AND s.intime < {t1})",
+        evidence=Evidence(**LAB_EVIDENCE, join="JOIN mimiciv_icu.icustays s ON s.hadm_id = e.hadm_id JOIN ("
+                          + ICU_UNIT_VALUES + ") u(careunit, unit_name) ON u.careunit = s.first_careunit",
+                          where="e.itemid = {itemid} AND u.unit_name = {unit_name} AND s.intime >= {t0} "
+                                "AND s.intime < {t1}",
                           focus="min", aggregate=True, extreme="low"),
         noise=("out_of_window", "conflicting_records", "implausible_value", "missing_evidence", "temporal_mismatch",
                "lexical_variation", "out_of_scope"),
@@ -298,11 +298,11 @@ WHERE itemid IN ({VASOPRESSOR_IDS}) AND endtime > starttime GROUP BY ALL""",
         answer=MEAN,
         evidence=Evidence(table="inputevents",
                           # the rows the gold reads: the drug in the first 24 h of septic stays of the period
-                          where="e.itemid = {itemid} AND EXISTS (SELECT 1 FROM mimiciv_icu.icustays s "
-                                "JOIN mimiciv_hosp.diagnoses_icd dx ON dx.hadm_id = s.hadm_id "
-                                "WHERE s.stay_id = e.stay_id AND " + icd_group_predicate("sepsis")
-                                + " AND s.intime >= {t0} AND s.intime < {t1} AND e.starttime >= s.intime "
-                                "AND e.starttime < s.intime + INTERVAL 24 HOUR)",
+                          join="JOIN mimiciv_icu.icustays s ON s.stay_id = e.stay_id",
+                          where="e.itemid = {itemid} AND s.intime >= {t0} AND s.intime < {t1} "
+                                "AND e.starttime >= s.intime AND e.starttime < s.intime + INTERVAL 24 HOUR "
+                                "AND s.hadm_id IN (SELECT dx.hadm_id FROM mimiciv_hosp.diagnoses_icd dx WHERE "
+                                + icd_group_predicate("sepsis") + ")",
                           key=("stay_id", "itemid", "starttime"), id_col="orderid", time_col="starttime",
                           window=ICU_WINDOW, store_col="storetime", value_col="amount", unit_col="amountuom",
                           item_col="itemid", item_param="itemid", focus="any", aggregate=True),

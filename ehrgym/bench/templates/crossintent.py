@@ -68,8 +68,10 @@ LACTATE_GOLD = f"""WITH {_suspicion_cte(PERIOD_ABX)}, cohort AS (
 )
 SELECT avg(peak) FROM peaks"""
 
-PERIOD_ADMISSIONS = ("e.hadm_id IN (SELECT a.hadm_id FROM mimiciv_hosp.admissions a "
-                     "WHERE a.admittime >= {t0} AND a.admittime < {t1})")
+# evidence of a period cohort: rows of the admissions that began in [t0, t1) (a join, not a correlated
+# sub-query, so that profiling many candidate periods at once stays a hash join)
+PERIOD_JOIN = "JOIN mimiciv_hosp.admissions a ON a.hadm_id = e.hadm_id"
+PERIOD_ADMISSIONS = "a.admittime >= {t0} AND a.admittime < {t1}"
 
 # ---------------------------------------------------------------- vitals: respiratory rate of pneumonia ICU stays
 
@@ -256,9 +258,8 @@ SEPSIS_ABX_GOLD = f"""WITH septic AS (
 )
 SELECT avg(hours) FROM first_abx"""
 
-SEPSIS_PERIOD = ("e.hadm_id IN (SELECT a.hadm_id FROM mimiciv_hosp.admissions a JOIN mimiciv_hosp.diagnoses_icd dx "
-                 "ON dx.hadm_id = a.hadm_id WHERE " + icd_group_predicate('sepsis')
-                 + " AND a.admittime >= {t0} AND a.admittime < {t1})")
+SEPSIS_PERIOD = (PERIOD_ADMISSIONS + " AND e.hadm_id IN (SELECT dx.hadm_id FROM mimiciv_hosp.diagnoses_icd dx WHERE "
+                 + icd_group_predicate('sepsis') + ")")
 
 register(
     CrossIntentTemplate(
@@ -277,7 +278,8 @@ register(
         sampler_sql=f"SELECT t0, t1, {LACTATE} AS itemid FROM (\n{period_sampler(LACTATE_MEMBERS, lo=2, hi=400)}\n)",
         gold_sql=LACTATE_GOLD,
         answer=MEAN,
-        evidence=Evidence(**LAB_EVIDENCE, where="e.itemid = {itemid} AND " + PERIOD_ADMISSIONS, focus="max",
+        evidence=Evidence(**LAB_EVIDENCE, join=PERIOD_JOIN, where="e.itemid = {itemid} AND " + PERIOD_ADMISSIONS,
+                          focus="max",
                           aggregate=True),
         noise=("conflicting_records", "implausible_value", "unit_mismatch", "missing_evidence", "temporal_mismatch",
                "out_of_scope"),
@@ -299,11 +301,11 @@ register(
         gold_sql=RR_GOLD,
         answer=MEAN,
         evidence=Evidence(**CHART_EVIDENCE, item_col="itemid", item_param="itemid",
-                          where="e.itemid = {itemid} AND EXISTS (SELECT 1 FROM mimiciv_icu.icustays s "
-                                "JOIN mimiciv_hosp.diagnoses_icd dx ON dx.hadm_id = s.hadm_id "
-                                "WHERE s.stay_id = e.stay_id AND " + icd_group_predicate('pneumonia')
-                                + " AND s.intime >= {t0} AND s.intime < {t1} "
-                                "AND e.charttime BETWEEN s.intime AND s.intime + INTERVAL 24 HOUR)",
+                          join="JOIN mimiciv_icu.icustays s ON s.stay_id = e.stay_id",
+                          where="e.itemid = {itemid} AND s.intime >= {t0} AND s.intime < {t1} "
+                                "AND e.charttime BETWEEN s.intime AND s.intime + INTERVAL 24 HOUR "
+                                "AND s.hadm_id IN (SELECT dx.hadm_id FROM mimiciv_hosp.diagnoses_icd dx WHERE "
+                                + icd_group_predicate('pneumonia') + ")",
                           focus="max", aggregate=True),
         noise=("conflicting_records", "implausible_value", "encoding_corruption", "missing_evidence",
                "temporal_mismatch", "out_of_scope"),
@@ -327,11 +329,10 @@ register(
         gold_sql=SI_GOLD,
         answer=MEAN,
         evidence=Evidence(**CHART_EVIDENCE, item_col="itemid", item_param="itemid",
-                          where="e.itemid = {itemid} AND EXISTS (SELECT 1 FROM mimiciv_icu.icustays s "
-                                "JOIN (" + ICU_UNIT_VALUES + ") u(careunit, unit_name) ON u.careunit = "
-                                "s.first_careunit WHERE s.stay_id = e.stay_id AND u.unit_name = {unit_name} "
-                                "AND s.intime >= {t0} AND s.intime < {t1} "
-                                "AND e.charttime BETWEEN s.intime AND s.intime + INTERVAL 24 HOUR)",
+                          join="JOIN mimiciv_icu.icustays s ON s.stay_id = e.stay_id "
+                               "JOIN (" + ICU_UNIT_VALUES + ") u(careunit, unit_name) ON u.careunit = s.first_careunit",
+                          where="e.itemid = {itemid} AND u.unit_name = {unit_name} AND s.intime >= {t0} "
+                                "AND s.intime < {t1} AND e.charttime BETWEEN s.intime AND s.intime + INTERVAL 24 HOUR",
                           focus="max", aggregate=True),
         noise=("conflicting_records", "temporal_mismatch", "lexical_variation", "out_of_scope"),
         lexical="unit_name", time_window=PERIOD_WINDOW,
@@ -369,7 +370,8 @@ register(
                     f"{period_sampler(AKI_CODING_MEMBERS, lo=3, hi=400)}\n)",
         gold_sql=AKI_CODING_GOLD,
         answer=MEAN,
-        evidence=Evidence(**LAB_EVIDENCE, where="e.itemid = {itemid} AND " + PERIOD_ADMISSIONS, focus="min",
+        evidence=Evidence(**LAB_EVIDENCE, join=PERIOD_JOIN, where="e.itemid = {itemid} AND " + PERIOD_ADMISSIONS,
+                          focus="min",
                           aggregate=True, extreme="low"),
         noise=("out_of_window", "conflicting_records", "implausible_value", "missing_evidence", "temporal_mismatch",
                "out_of_scope"),
@@ -390,8 +392,8 @@ register(
         sampler_sql=period_sampler(VENT_MEMBERS, lo=2, hi=400),
         gold_sql=VENT_GOLD,
         answer=MEAN,
-        evidence=Evidence(table="diagnoses_icd", where=icd_group_predicate('pneumonia', 'e') + " AND "
-                          + PERIOD_ADMISSIONS, key=("hadm_id", "seq_num"), category_col="icd_code"),
+        evidence=Evidence(table="diagnoses_icd", join=PERIOD_JOIN, where=icd_group_predicate('pneumonia', 'e')
+                          + " AND " + PERIOD_ADMISSIONS, key=("hadm_id", "seq_num"), category_col="icd_code"),
         # (no conflicting records: a second code at the same position leaves the pneumonia code, and the answer)
         noise=("missing_evidence", "temporal_mismatch", "out_of_scope"),
         time_window=PERIOD_WINDOW,
@@ -415,7 +417,7 @@ register(
         gold_sql=BCX_GOLD,
         answer=MEAN,
         evidence=Evidence(table="microbiologyevents",
-                          where="e.spec_type_desc = 'BLOOD CULTURE' AND " + PERIOD_ADMISSIONS,
+                          join=PERIOD_JOIN, where="e.spec_type_desc = 'BLOOD CULTURE' AND " + PERIOD_ADMISSIONS,
                           key=("micro_specimen_id", "test_itemid", "org_itemid", "isolate_num", "ab_itemid"),
                           id_col="microevent_id", time_col="charttime", window=ADMISSION_WINDOW,
                           store_col="storetime", category_col="org_name", focus="first"),
@@ -438,6 +440,7 @@ register(
         gold_sql=MRSA_GOLD,
         answer=MEAN,
         evidence=Evidence(table="microbiologyevents",
+                          join=PERIOD_JOIN,
                           where=f"e.org_name = '{STAPH_AUREUS}' AND e.ab_name = 'OXACILLIN' AND " + PERIOD_ADMISSIONS,
                           key=("micro_specimen_id", "test_itemid", "org_itemid", "isolate_num", "ab_itemid"),
                           id_col="microevent_id", time_col="charttime", window=ADMISSION_WINDOW,
@@ -461,7 +464,8 @@ register(
         sampler_sql=period_sampler(SEPSIS_ABX_MEMBERS, lo=2, hi=400),
         gold_sql=SEPSIS_ABX_GOLD,
         answer=HOURS,
-        evidence=Evidence(table="prescriptions", where=antibiotic_predicate('e') + " AND " + SEPSIS_PERIOD,
+        evidence=Evidence(table="prescriptions", join=PERIOD_JOIN,
+                          where=antibiotic_predicate('e') + " AND " + SEPSIS_PERIOD,
                           key=("hadm_id", "drug", "starttime"), id_col="pharmacy_id", time_col="starttime",
                           window=ADMISSION_WINDOW, focus="first"),
         noise=("out_of_window", "missing_evidence", "temporal_mismatch", "out_of_scope"),

@@ -9,7 +9,8 @@ from ehrgym.errors import BenchmarkError
 
 _REGISTRY: dict[str, Template] = {}
 
-# Modules whose import registers templates (one per intent, then the harder multi-intent ones). A module that does not exist yet
+# Modules whose import registers templates (one per intent, then the harder multi-intent
+# ones). A module that does not exist yet
 # is skipped, so intents can be added independently.
 TEMPLATE_MODULES: tuple[str, ...] = (
     "ehrgym.bench.templates.encounters",
