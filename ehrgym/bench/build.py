@@ -49,8 +49,9 @@ def build_benchmark(db: str | Path, out: str | Path, config: str | BuildConfig =
     tasks = make_tasks(drafts, splits)
     info = {"config": cfg.to_dict(), "seed": int(seed), "db_source": bookkeeping.get("source", "unknown"),
             "db_content_hash": bookkeeping.get("content_hash"), "ood_templates": held,
-            "distribution": ("even over (intent, level) cells with templates, then over noise levels, subtypes "
-                             "and templates; deficits of a slot go to its cell, then to all slots "
+            "distribution": ("even over (intent, level) cells with templates, then over noise levels and "
+                             "subtypes, then over templates in proportion to their tier weight "
+                             f"{list(cfg.tier_weights)}; deficits of a slot go to its cell, then to all slots "
                              "(ehrgym.bench.configs)"),
             # what this database could not support (e.g. a demo copy without icu/chartevents)
             "limitations": list(builder.stats.warnings)}
@@ -104,7 +105,12 @@ def _cpu_seconds() -> float:
 def summary(result: BuildResult) -> str:
     counts = Counter(t.split for t in result.tasks if t.variant == "noise")
     r = result.report
+    from ehrgym.bench.complexity import complexity_by_tier
+
+    tiers = ", ".join(f"tier {k}: {v['mean']} ({v['tasks']} tasks)"
+                      for k, v in complexity_by_tier(result.tasks).items())
     return (f"{r['kept_pairs']} pairs ({r['target_pairs']} planned) → {result.out}\n"
             f"splits: {dict(sorted(counts.items()))}\n"
+            f"gold SQL complexity by tier: {tiers}\n"
             f"content hash: {result.manifest['content_hash']}\n"
             f"timings (s): {r['timings_seconds']}")

@@ -125,7 +125,8 @@ class Builder:
 
     def _plan(self, templates: list[Template]) -> dict[tuple[str, str], int]:
         table = {(t.intent, t.level, t.id): self.applicable(t) for t in templates}
-        return plan_quotas(self.config.pairs, table, NOISE_SUBTYPES)
+        weights = {t.id: float(self.config.tier_weights[t.tier - 1]) for t in templates}
+        return plan_quotas(self.config.pairs, table, NOISE_SUBTYPES, weights)
 
     def _draw(self, t: Template, need: int) -> None:
         """Draw candidates until ``need`` are eligible (real data has naturally noisy entities)."""
@@ -238,7 +239,7 @@ class Builder:
         noisy_question = inj.question or render_text(t.paraphrases[paraphrase], noisy_params)
         subjects = [int(c.params["subject_id"])] if t.level == "patient" and "subject_id" in c.params else []
         base_meta = {"answer_type": t.answer.type, "subject_ids": subjects, "entity": entity,
-                     "paraphrase": paraphrase, "template_description": t.description}
+                     "paraphrase": paraphrase, "template_description": t.description, "tier": t.tier}
         clean = {"question": question, "gold_sql": clean_sql, "naive_sql": clean_sql,
                  "expected": Expected("answer", t.answer, clean_value),
                  "meta": {**base_meta, "evidence_sql": evidence_sql(t, c.params)}}

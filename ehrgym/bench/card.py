@@ -8,6 +8,7 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
+from ehrgym.bench.complexity import complexity_by_tier
 from ehrgym.bench.task import Task
 from ehrgym.bench.validity import ValidityContext, validity_markdown, validity_report
 from ehrgym.vocab import INTENTS, NOISE_SUBTYPES
@@ -56,7 +57,9 @@ def make_card(tasks: list[Task], info: dict[str, Any], db: Path | None = None, s
             "mean_clean_gold": round(mean(clean_c), 2) if clean_c else None,
             "by_intent": {i: round(mean(v), 2) for i, v in sorted(by_intent.items())},
             "by_intent_level": _nested(Counter({k: round(mean(v), 2) for k, v in complexity.items()})),
+            "by_tier": complexity_by_tier(tasks),
         },
+        "by_tier": dict(sorted(Counter(str(t.meta.get("tier", "unknown")) for t in noise).items())),
         "validity": validity_report(ValidityContext(tasks, db, seed)),
     }
 
@@ -77,6 +80,15 @@ def card_markdown(card: dict[str, Any]) -> str:
             continue
         lines.append(f"| {intent} | {row.get('patient', 0)} | {row.get('population', 0)} | "
                      f"{card['sql_complexity']['by_intent'].get(intent, '')} |")
+    by_tier = card["sql_complexity"].get("by_tier", {})
+    if by_tier:
+        lines += ["", "## Difficulty tiers", "",
+                  "Tier 1: one clinical table; 2: joins across tables or multi-block queries; 3: multi-step "
+                  "time logic or a cohort definition.", "",
+                  "| tier | pairs | gold SQL complexity (mean) | median | clean gold (mean) |", "|---|---|---|---|---|"]
+        for tier, row in by_tier.items():
+            lines.append(f"| {tier} | {card.get('by_tier', {}).get(tier, 0)} | {row['mean']} | {row['median']} | "
+                         f"{row['clean_mean']} |")
     lines += ["", "## Noise", "", "| level | subtype | pairs |", "|---|---|---|"]
     for sub, n in card["by_subtype"].items():
         lines.append(f"| {NOISE_SUBTYPES[sub]} | {sub} | {n} |")

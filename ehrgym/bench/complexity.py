@@ -62,3 +62,30 @@ def sql_complexity(sql: str) -> int:
 def sql_tables(sql: str) -> list[str]:
     """Sorted bare names of the MIMIC-IV tables ``sql`` reads (CTE names excluded)."""
     return list(_analyse(_shape(sql))[1])
+
+
+def complexity_by_tier(tasks) -> dict[str, dict[str, float | int]]:
+    """Gold-SQL complexity per difficulty tier over ``tasks`` (clean and noisy twins alike).
+
+    The tier is read from the task's ``meta['tier']`` (recorded by the builder); tasks of older
+    builds without it take their template's tier from the registry, and ``"unknown"`` when the
+    template is no longer registered. Returns ``{tier: {"tasks", "mean", "median", "clean_mean"}}``
+    with tiers as strings (JSON keys), sorted.
+    """
+    from statistics import mean, median
+
+    from ehrgym.bench.templates.registry import all_templates
+
+    known = {t.id: t.tier for t in all_templates()}
+    groups: dict[str, list[tuple[int, bool]]] = {}
+    for t in tasks:
+        tier = t.meta.get("tier") or known.get(t.template_id)
+        key = str(tier) if tier else "unknown"
+        groups.setdefault(key, []).append((int(t.meta.get("complexity", 0)), t.variant == "clean"))
+    out: dict[str, dict[str, float | int]] = {}
+    for key in sorted(groups):
+        vals = [c for c, _ in groups[key]]
+        clean = [c for c, is_clean in groups[key] if is_clean]
+        out[key] = {"tasks": len(vals), "mean": round(mean(vals), 2), "median": float(median(vals)),
+                    "clean_mean": round(mean(clean), 2) if clean else None}
+    return out

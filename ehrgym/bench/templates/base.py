@@ -14,6 +14,10 @@ from ehrgym.errors import BenchmarkError
 from ehrgym.vocab import INTENTS, LEVELS, NOISE_SUBTYPES
 
 FOCUS_KINDS = ("first", "last", "max", "min", "any")
+TIERS: tuple[int, ...] = (1, 2, 3)
+"""Difficulty tiers. 1: a lookup in one clinical table (dictionary joins to resolve a name allowed);
+2: joins across clinical tables or a multi-block query (CTE, sub-query, window function);
+3: multi-step time logic or a cohort definition (set explicitly on the template)."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +121,7 @@ class Template:
     premise: Premise | None = None
     time_window: TimeWindow | None = None
     description: str = ""
+    tier: int = 0  # difficulty tier (TIERS); 0: inferred from the gold SQL by ``infer_tier`` (1 or 2)
     params: tuple[str, ...] = field(default=())  # filled by __post_init__: question + SQL params
 
     def __post_init__(self) -> None:
@@ -140,6 +145,31 @@ class Template:
         needed |= set(placeholders(self.evidence.where)) | set(placeholders(self.evidence.join))
         if self.lexical and self.lexical not in gold_names:
             problems.append(f"lexical parameter {self.lexical!r} must appear in gold_sql (the SQL matches on the name)")
+        if self.tier not in (0, *TIERS):
+            problems.append(f"tier {self.tier!r} not in {TIERS} (or 0 to infer it)")
         if problems:
             raise BenchmarkError(f"template {self.id!r}: " + "; ".join(problems))
         object.__setattr__(self, "params", tuple(sorted(needed)))
+        if self.tier == 0:
+            object.__setattr__(self, "tier", infer_tier(self))
+
+
+def infer_tier(t: Template) -> int:
+    """The documented default tier of a template whose ``tier`` is not set explicitly.
+
+    Tier 1 when the clean gold SQL reads one clinical table (any further tables are dictionaries,
+    ``d_*``, joined to resolve a name) in a single query block without a window function; tier 2
+    otherwise (joins across clinical tables, CTEs, sub-queries, window functions). Tier 3 —
+    multi-step time logic or a cohort definition — is never inferred: the template states it.
+    """
+    import sqlglot
+    from sqlglot import exp
+
+    from ehrgym.bench.sqlrender import render_sql
+
+    sql = render_sql(t.gold_sql, {p: 1 for p in t.params}, {t.evidence.table: table_spec(t.evidence.table).qualified})
+    tree = sqlglot.parse_one(sql, read="duckdb")
+    clinical = {tb.name.lower() for tb in tree.find_all(exp.Table) if not tb.name.lower().startswith("d_")}
+    blocks = sum(1 for _ in tree.find_all(exp.Select))
+    windows = any(True for _ in tree.find_all(exp.Window))
+    return 1 if len(clinical) <= 1 and blocks == 1 and not windows else 2

@@ -9,7 +9,8 @@ from ehrgym.errors import BenchmarkError
 
 _REGISTRY: dict[str, Template] = {}
 
-# Modules whose import registers templates (one per intent). A module that does not exist yet
+# Modules whose import registers templates (one per intent, then the harder multi-intent
+# ones). A module that does not exist yet
 # is skipped, so intents can be added independently.
 TEMPLATE_MODULES: tuple[str, ...] = (
     "ehrgym.bench.templates.encounters",
@@ -18,6 +19,10 @@ TEMPLATE_MODULES: tuple[str, ...] = (
     "ehrgym.bench.templates.medications",
     "ehrgym.bench.templates.vitals",
     "ehrgym.bench.templates.microbiology",
+    # harder templates (tier 3 and cross-intent), each module spanning several intents
+    "ehrgym.bench.templates.cohorts",
+    "ehrgym.bench.templates.timing",
+    "ehrgym.bench.templates.crossintent",
 )
 
 
