@@ -41,6 +41,7 @@ _BUILTIN_MODULES: dict[str, str] = {
     "skeptic": "ehrgym.agents.skeptic",
     "chat": "ehrgym.agents.chat",
     "hf": "ehrgym.agents.hf",
+    "external-oracle": "ehrgym.external.oracle",
 }
 
 

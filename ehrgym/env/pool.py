@@ -27,7 +27,6 @@ import duckdb
 
 from ehrgym.db.connect import attach_base, read_meta
 from ehrgym.db.overlay import Overlay, OverlaySession
-from ehrgym.db.schema import search_path_sql
 from ehrgym.env.gate import info_schema_sql
 from ehrgym.errors import DatabaseError
 
@@ -114,10 +113,12 @@ class EpisodeConnection:
         self.con = duckdb.connect(":memory:")
         try:
             attach_base(self.con, db_path, BASE_ALIAS)
-            self.session = OverlaySession(self.con, BASE_ALIAS)
-            for stmt in info_schema_sql():
+            # the tables exposed: MIMIC-IV, or the schema profile the database's bookkeeping names
+            self.profile = _database_profile(self.con)
+            self.session = OverlaySession(self.con, BASE_ALIAS, self.profile)
+            for stmt in info_schema_sql(self.profile):
                 self.con.execute(stmt)
-            self.con.execute(search_path_sql())
+            self.con.execute(self.profile.search_path_sql())
             self.con.execute(f"SET threads = {int(settings.threads)}")
             self.con.execute(f"SET memory_limit = '{settings.memory_limit}'")
             # no Python replacement scans: a bare name must never reach a DataFrame of the env process
@@ -146,6 +147,15 @@ class EpisodeConnection:
             self.con.close()
         except duckdb.Error:
             pass
+
+
+def _database_profile(con: duckdb.DuckDBPyConnection) -> Any:
+    from ehrgym.db.profile import mimic_profile, profile_from_meta
+
+    try:
+        return profile_from_meta(read_meta(con, BASE_ALIAS))
+    except DatabaseError:  # no bookkeeping: a plain MIMIC-IV database
+        return mimic_profile()
 
 
 class ConnectionPool:
