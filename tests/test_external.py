@@ -1,0 +1,173 @@
+"""External benchmarks: EHRSQL 2024 built offline, its gold SQL, the oracle through the real episode path,
+the gate over the benchmark's schema, and the EHRSQL answer comparison and reliability score."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from ehrgym.external.scoring import (Outcome, answer_rows, normalise_rows, post_process_sql, reliability_score,
+                                     rows_match, transfer_metrics)
+
+
+# ---------------------------------------------------------------------------------------------
+# scoring (no data needed)
+# ---------------------------------------------------------------------------------------------
+def test_normalise_rows_rounds_sorts_and_keeps_100() -> None:
+    rows = [(3, 1.23456), (1, "b")] + [(i, "x") for i in range(200)]
+    out = normalise_rows(rows)
+    assert len(out) == 100
+    assert out == sorted(out)
+    assert ["3", "1.235"] in normalise_rows([(3, 1.23456)])
+
+
+@pytest.mark.parametrize("given,ok", [
+    ([["iv"], ["iv drip"]], True), (["iv drip", "iv"], True), ("iv, iv drip", True), ("IV\niv drip", True),
+    ("[['iv'], ['iv drip']]", True), (["iv"], False), ("iv", False), ([["iv"], ["iv drip"], ["po"]], False),
+])
+def test_rows_match_text_answers(given: object, ok: bool) -> None:
+    assert rows_match([["iv"], ["iv drip"]], given) is ok
+
+
+def test_rows_match_numbers_booleans_and_columns() -> None:
+    assert rows_match([["7.42"]], 7.42)
+    assert rows_match([["7.42"]], "7.420")
+    assert not rows_match([["7.42"]], 7.43)
+    assert rows_match([["5"]], "5.0")
+    assert rows_match([["1"]], "yes") and rows_match([["0"]], "No")
+    assert rows_match([["a", "2"], ["b", "1"]], "b | 1\na | 2")
+    assert rows_match([["a", "2"]], ["a", 2])
+    assert rows_match([], "[]") and not rows_match([], "0")
+    assert answer_rows(None) == []
+
+
+def test_post_process_sql_substitutes_time_and_vital_ranges() -> None:
+    sql = ("SELECT 1 FROM chartevents WHERE valuenum NOT BETWEEN heart_rate_lower AND heart_rate_upper "
+           "AND datetime(current_time, 'start of year') = strftime('%y', charttime)")
+    out = post_process_sql(sql)
+    assert "between 60.0 and 100.0" in out and "'2100-12-31 23:59:00'" in out and "%Y" in out
+
+
+def test_reliability_score_by_hand() -> None:
+    # 2 answerable (1 right, 1 wrong), 1 answerable abstained, 1 unanswerable abstained, 1 unanswerable answered
+    outs = [Outcome(True, True, True), Outcome(True, True, False), Outcome(True, False, False),
+            Outcome(False, False, False), Outcome(False, True, False)]
+    assert reliability_score(outs, 0) == pytest.approx(100 * 2 / 5)
+    assert reliability_score(outs, 5) == pytest.approx(100 * (1 - 5 + 0 + 1 - 5) / 5)
+    m = transfer_metrics(outs)
+    assert m["RS(N)"] == pytest.approx(100 * (2 - 2 * 5) / 5)
+    assert m["answer_accuracy"] == pytest.approx(100 / 3)
+    assert m["abstention_precision"] == pytest.approx(50.0)
+    assert m["abstention_recall"] == pytest.approx(50.0)
+    assert math.isnan(transfer_metrics([Outcome(True, True, True)])["abstention_recall"])
+
+
+# ---------------------------------------------------------------------------------------------
+# EHRSQL 2024 built from ../shared/external
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def ehrsql24(external_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from ehrgym.external.base import build_external
+
+    out = tmp_path_factory.mktemp("ehrsql24")
+    result = build_external("ehrsql-2024", out, external_dir / "ehrsql-2024")
+    assert result.by_split == {"train": 5124, "dev": 1163, "test": 1167}
+    return out
+
+
+def _questions(external_dir: Path, splits: tuple[str, ...]) -> list:
+    from ehrgym.external.ehrsql2024 import read_split
+
+    return [q for s in splits for q in read_split(external_dir / "ehrsql-2024", s)]
+
+
+def test_build_counts_and_tasks(ehrsql24: Path) -> None:
+    from ehrgym.bench.dataset import load_benchmark
+
+    bench = load_benchmark(ehrsql24)
+    assert bench.manifest["kind"] == "external"
+    dev = [t for t in bench.tasks if t.split == "dev"]
+    assert sum(t.expected.is_abstain for t in dev) == 232
+    unans = next(t for t in dev if t.expected.is_abstain)
+    assert unans.gold_sql == "" and unans.meta["answerable"] is False
+    card = json.loads((ehrsql24 / "card.json").read_text())
+    assert card["unanswerable"] == {"train": 450, "dev": 232, "test": 233}
+    assert card["tables"]["patients"] == 94 and len(card["tables"]) == 17
+
+
+def test_gold_sql_reproduces_gold_answers_valid_test(ehrsql24: Path, external_dir: Path) -> None:
+    from ehrgym.external.ehrsql2024 import check_gold
+
+    questions = _questions(external_dir, ("valid", "test"))
+    assert sum(q.sql is not None for q in questions) == 931 + 934
+    assert check_gold(ehrsql24 / "ehrsql-2024.sqlite", questions) == []
+
+
+@pytest.mark.slow
+def test_gold_sql_reproduces_gold_answers_all_splits(ehrsql24: Path, external_dir: Path) -> None:
+    from ehrgym.external.ehrsql2024 import check_gold
+
+    questions = _questions(external_dir, ("train", "valid", "test"))
+    assert sum(q.sql is not None for q in questions) == 6539
+    assert check_gold(ehrsql24 / "ehrsql-2024.sqlite", questions) == []
+
+
+def test_check_gold_catches_a_wrong_answer(ehrsql24: Path, external_dir: Path) -> None:
+    from dataclasses import replace
+
+    from ehrgym.external.ehrsql2024 import check_gold
+
+    q = next(q for q in _questions(external_dir, ("valid",)) if q.sql is not None)
+    assert len(check_gold(ehrsql24 / "ehrsql-2024.sqlite", [replace(q, answer="[['not it']]")])) == 1
+
+
+def test_oracle_scores_100_on_valid_through_the_runner(ehrsql24: Path, tmp_path: Path) -> None:
+    from ehrgym.eval.runner import run_evaluation
+    from ehrgym.external.metrics import run_transfer_row
+
+    out = tmp_path / "run"
+    summary = run_evaluation(ehrsql24, ehrsql24 / "ehrsql-2024.duckdb", "external-oracle", out, k=1,
+                             tasks={"split": "dev"}, progress=False)
+    assert summary.ran == 1163 and summary.success_clean == 1.0
+    row = run_transfer_row(out)
+    assert row is not None and row["questions"] == 1163
+    assert row["answer_accuracy"] == 100.0 and row["RS(N)"] == 100.0
+    assert row["abstention_precision"] == 100.0 and row["abstention_recall"] == 100.0
+    again = run_evaluation(ehrsql24, ehrsql24 / "ehrsql-2024.duckdb", "external-oracle", out, k=1,
+                           tasks={"split": "dev"}, progress=False)
+    assert again.ran == 0 and again.skipped == 1163   # resumes: nothing left to run
+
+
+def test_episode_gate_and_python_follow_the_benchmark_schema(ehrsql24: Path) -> None:
+    from ehrgym.env.actions import AnswerAction, SqlAction
+    from ehrgym.env.episode import EhrEnv
+
+    with EhrEnv.from_benchmark(ehrsql24, ehrsql24 / "ehrsql-2024.duckdb") as env:
+        task = next(t for t in env.benchmark.tasks if t.split == "dev" and not t.expected.is_abstain)
+        obs = env.reset(task)
+        assert "2100-12-31 23:59:00" in obs.text and "ehrsql.cost(" in obs.text
+        assert "mimiciv_hosp" not in obs.schema_summary
+        assert env.step(SqlAction("SELECT count(*) FROM patients")).observation.rows == [(94,)]
+        assert env.step(SqlAction("SELECT count(*) FROM ehrsql.cost")).observation.error is None
+        refused = env.step(SqlAction("SELECT * FROM mimiciv_hosp.labevents")).observation
+        assert refused.error and "not available" in refused.error
+        refused = env.step(SqlAction("SELECT * FROM base.ehrsql.patients")).observation
+        assert refused.error
+        shown = env.step(SqlAction("SHOW TABLES")).observation
+        assert len(shown.rows) == 17
+        py = env.step("PYTHON: print(int(sql('SELECT count(*) AS n FROM admissions')['n'][0]))").observation
+        assert py.text.strip() == "119"
+        r = env.step(AnswerAction("definitely wrong"))
+        assert r.done and r.info["verdict"]["failure"] == "wrong_value"
+
+
+def test_wrong_data_dir_is_a_clear_error(tmp_path: Path) -> None:
+    from ehrgym.external.base import ExternalDataError, build_external
+
+    with pytest.raises(ExternalDataError, match="mimic_iv.sql"):
+        build_external("ehrsql-2024", tmp_path / "out", tmp_path)
+    with pytest.raises(ExternalDataError, match="not found"):
+        build_external("ehrsql-2024", tmp_path / "out", tmp_path / "nowhere")
