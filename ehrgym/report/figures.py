@@ -388,7 +388,7 @@ def _transfer(d: ReportData) -> Figure | None:
     from ehrgym.external.metrics import transfer_frame
 
     frame = transfer_frame(d.episodes)
-    if frame.empty or set(frame["benchmark"]) == {"ehr-robustgym"}:
+    if frame.empty:
         return None
     benchmarks = list(dict.fromkeys(frame["benchmark"]))
     systems = sorted(frame["system"].unique())
@@ -402,7 +402,8 @@ def _transfer(d: ReportData) -> Figure | None:
             for i, system in enumerate(systems):
                 sub = frame[frame["system"] == system].set_index("benchmark")
                 vals = np.array([100 * float(sub[col].get(b, np.nan)) for b in benchmarks])
-                bars = ax.bar(x + (i - (len(systems) - 1) / 2) * width, np.nan_to_num(vals), width, label=system)
+                bars = ax.bar(x + (i - (len(systems) - 1) / 2) * width, np.nan_to_num(vals), width,
+                              color=f"C{i % 10}", label=system if ax is axes[0] else "_nolegend_")
                 _bar_labels(ax, bars, vals, np.nan_to_num(vals))
             ax.set_xticks(x, benchmarks)
             _percent_axis(ax, label)
