@@ -195,3 +195,64 @@ def test_report_writes_the_transfer_table_for_gym_and_external_runs(ehrsql24: Pa
     ext = table[table["benchmark"] == "ehrsql-2024"].iloc[0]
     assert ext["questions"] == 1163 and ext["RS(N)_pct"] == 100.0 and ext["answer_accuracy_pct"] == 100.0
     assert (tmp_path / "f" / "transfer.png").stat().st_size > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# EHRSQL (2022): the user's SQLite database, here a tiny one built from the benchmark's DDL
+# ---------------------------------------------------------------------------------------------
+def _tiny_db(ddl: Path, out: Path, rows: dict[str, list[tuple]]) -> Path:
+    import sqlite3
+
+    con = sqlite3.connect(out)
+    con.executescript(ddl.read_text())
+    for table, values in rows.items():
+        for row in values:
+            con.execute(f"INSERT INTO {table} VALUES ({', '.join('?' * len(row))})", row)
+    con.commit()
+    con.close()
+    return out
+
+
+@pytest.mark.parametrize("name,db_id,rows", [
+    ("ehrsql-2022-mimic-iii", "mimic_iii", {
+        "patients": [(1, 5828, "m", "2040-01-01 00:00:00", None)],
+        "admissions": [(1, 5828, 100001, "2104-05-01 10:00:00", "2104-05-09 12:00:00", "emergency", "er", "home",
+                        "medicare", "engl", "single", "white", 64)]}),
+    ("ehrsql-2022-eicu", "eicu", {}),
+])
+def test_ehrsql_2022_on_a_tiny_user_database(name: str, db_id: str, rows: dict, external_dir: Path,
+                                             tmp_path: Path) -> None:
+    from ehrgym.eval.runner import run_evaluation
+    from ehrgym.external.base import build_external
+    from ehrgym.external.metrics import run_transfer_row
+
+    data = external_dir / "ehrsql-2022"
+    db = _tiny_db(data / db_id / f"{db_id}.sql", tmp_path / "user.sqlite", rows)
+    result = build_external(name, tmp_path / "bench", data, db=str(db))
+    valid = json.loads((data / db_id / "valid.json").read_text())
+    test = json.loads((data / db_id / "test.json").read_text())
+    assert result.by_split == {"dev": len(valid), "test": len(test)}
+    assert result.checks["gold_sql_failed"] == []
+    run = tmp_path / "run"
+    run_evaluation(tmp_path / "bench", result.files["episode_db"], "external-oracle", run, k=1,
+                   tasks={"split": "dev"}, limit_pairs=150, progress=False)
+    row = run_transfer_row(run)
+    assert row is not None and row["questions"] == 150
+    assert row["answer_accuracy"] == 100.0 and row["RS(N)"] == 100.0
+
+
+def test_ehrsql_2022_refuses_missing_or_wrong_databases(external_dir: Path, tmp_path: Path) -> None:
+    from ehrgym.external.base import ExternalDataError, build_external
+
+    data = external_dir / "ehrsql-2022"
+    with pytest.raises(ExternalDataError, match="--db"):
+        build_external("ehrsql-2022-mimic-iii", tmp_path / "b", data)
+    with pytest.raises(ExternalDataError, match="does not exist"):
+        build_external("ehrsql-2022-mimic-iii", tmp_path / "b", data, db=str(tmp_path / "none.sqlite"))
+    junk = tmp_path / "junk.sqlite"
+    junk.write_bytes(b"this is not a database at all" * 100)
+    with pytest.raises(ExternalDataError, match="not a SQLite database"):
+        build_external("ehrsql-2022-mimic-iii", tmp_path / "b", data, db=str(junk))
+    eicu = _tiny_db(data / "eicu" / "eicu.sql", tmp_path / "eicu.sqlite", {})
+    with pytest.raises(ExternalDataError, match="is not the EHRSQL \\(2022\\) MIMIC-III database"):
+        build_external("ehrsql-2022-mimic-iii", tmp_path / "b", data, db=str(eicu))

@@ -45,7 +45,9 @@ class ExternalAdapter:
 
 ADAPTERS: Registry[ExternalAdapter] = Registry(
     "external benchmark", group="ehrgym.external_benchmarks",
-    builtin_modules={"ehrsql-2024": "ehrgym.external.ehrsql2024"})
+    builtin_modules={"ehrsql-2024": "ehrgym.external.ehrsql2024",
+                     "ehrsql-2022-mimic-iii": "ehrgym.external.ehrsql2022",
+                     "ehrsql-2022-eicu": "ehrgym.external.ehrsql2022"})
 
 
 def register_adapter(adapter: ExternalAdapter) -> ExternalAdapter:

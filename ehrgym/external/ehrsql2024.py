@@ -108,9 +108,9 @@ def make_task(q: Question, sqlite_db: Path | None = None) -> Task:
                 expected=expected, noise=None, split=SPLITS[q.split], meta=meta)
 
 
-def run_official(con: sqlite3.Connection, sql: str) -> list[list[str]]:
+def run_official(con: sqlite3.Connection, sql: str, current_time: str = EHRSQL_CURRENT_TIME) -> list[list[str]]:
     """A (gold or predicted) SQL's result in the benchmark's normalised form, run on SQLite."""
-    return normalise_rows(con.execute(post_process_sql(sql)).fetchall())
+    return normalise_rows(con.execute(post_process_sql(sql, current_time)).fetchall())
 
 
 def check_gold(sqlite_db: Path, questions: list[Question]) -> list[str]:

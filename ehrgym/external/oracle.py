@@ -59,7 +59,8 @@ class ExternalOracleAgent(Agent):
             return AnswerAction(abstain=task.expected.reason or "out_of_scope",
                                 explanation="oracle: the question is unanswerable")
         try:
-            rows = run_official(self._connection(), task.gold_sql)
+            rows = run_official(self._connection(), task.gold_sql,
+                                **({"current_time": task.meta["current_time"]} if task.meta.get("current_time") else {}))
         except sqlite3.Error as exc:
             raise AgentError(f"the gold SQL of {task.task_id} failed on SQLite: {exc}") from exc
         return AnswerAction(rows, explanation="oracle: gold SQL result on the benchmark's SQLite build")

@@ -122,8 +122,14 @@ def copy_sqlite_to_duckdb(sqlite_path: Path, out: Path, profile: SchemaProfile, 
             con.execute(spec.create_sql())
             cols = ", ".join(f'"{c}"' for c in spec.column_names)
             rows = src.execute(f'SELECT {cols} FROM "{spec.name}"').fetchall()
-            arrow = pa.table({c.name: pa.array([r[i] for r in rows], type=_ARROW[c.bigquery_type])
-                              for i, c in enumerate(spec.columns)})
+            arrays = {}
+            for i, c in enumerate(spec.columns):
+                try:
+                    arrays[c.name] = pa.array([r[i] for r in rows], type=_ARROW[c.bigquery_type])
+                except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+                    raise DatabaseError(f"{sqlite_path}: column {spec.name}.{c.name} holds values that do not fit "
+                                        f"its declared type {c.bigquery_type} ({exc})") from exc
+            arrow = pa.table(arrays)
             con.register("_ehrgym_rows", arrow)
             con.execute(f"INSERT INTO {spec.qualified} SELECT * FROM _ehrgym_rows")
             con.unregister("_ehrgym_rows")

@@ -8,7 +8,7 @@ from typing import Any
 
 from ehrgym.bench.dataset import load_benchmark
 from ehrgym.external.base import ExternalDataError
-from ehrgym.external.scoring import Outcome, transfer_metrics
+from ehrgym.external.scoring import EHRSQL_CURRENT_TIME, Outcome, transfer_metrics
 
 
 def score_sql_predictions(bench_dir: str | Path, predictions: dict[str, str], split: str | None = None) -> dict[str, Any]:
@@ -36,7 +36,8 @@ def score_sql_predictions(bench_dir: str | Path, predictions: dict[str, str], sp
             correct = False
             if answered and not t.expected.is_abstain:
                 try:
-                    correct = run_official(con, pred) == t.expected.value
+                    correct = run_official(con, pred, t.meta.get("current_time") or EHRSQL_CURRENT_TIME) \
+                        == t.expected.value
                 except (sqlite3.Error, sqlite3.Warning, ValueError, OverflowError):
                     correct = False
             outcomes.append(Outcome(not t.expected.is_abstain, answered, correct))
