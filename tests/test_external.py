@@ -256,3 +256,34 @@ def test_ehrsql_2022_refuses_missing_or_wrong_databases(external_dir: Path, tmp_
     eicu = _tiny_db(data / "eicu" / "eicu.sql", tmp_path / "eicu.sqlite", {})
     with pytest.raises(ExternalDataError, match="is not the EHRSQL \\(2022\\) MIMIC-III database"):
         build_external("ehrsql-2022-mimic-iii", tmp_path / "b", data, db=str(eicu))
+
+
+def test_mimicsql_on_a_tiny_user_database(external_dir: Path, tmp_path: Path) -> None:
+    import sqlite3
+
+    from ehrgym.eval.runner import run_evaluation
+    from ehrgym.external.base import ExternalDataError, build_external
+    from ehrgym.external.metrics import run_transfer_row
+    from ehrgym.external.mimicsql import TABLES, ddl
+
+    db = tmp_path / "mimic.db"
+    con = sqlite3.connect(db)
+    con.executescript(ddl())
+    demo = dict.fromkeys(TABLES["demographic"], None) | {"subject_id": "10", "hadm_id": "1", "gender": "F",
+                                                         "age": "64", "admission_type": "EMERGENCY"}
+    con.execute(f"INSERT INTO DEMOGRAPHIC VALUES ({', '.join('?' * len(demo))})", list(demo.values()))
+    con.commit()
+    con.close()
+    result = build_external("mimicsql", tmp_path / "bench", external_dir / "mimicsql", db=str(db))
+    assert result.by_split == {"dev": 1000, "test": 1000} and result.checks["gold_sql_failed"] == []
+    run = tmp_path / "run"
+    run_evaluation(tmp_path / "bench", result.files["episode_db"], "external-oracle", run, k=1,
+                   tasks={"split": "dev"}, limit_pairs=100, progress=False)
+    row = run_transfer_row(run)
+    assert row is not None and row["questions"] == 100 and row["answer_accuracy"] == 100.0
+    with pytest.raises(ExternalDataError, match="--db"):
+        build_external("mimicsql", tmp_path / "b2", external_dir / "mimicsql")
+    other = tmp_path / "other.db"
+    sqlite3.connect(other).executescript("CREATE TABLE DEMOGRAPHIC (SUBJECT_ID TEXT);")
+    with pytest.raises(ExternalDataError, match="lacks the tables"):
+        build_external("mimicsql", tmp_path / "b3", external_dir / "mimicsql", db=str(other))

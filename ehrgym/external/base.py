@@ -47,7 +47,8 @@ ADAPTERS: Registry[ExternalAdapter] = Registry(
     "external benchmark", group="ehrgym.external_benchmarks",
     builtin_modules={"ehrsql-2024": "ehrgym.external.ehrsql2024",
                      "ehrsql-2022-mimic-iii": "ehrgym.external.ehrsql2022",
-                     "ehrsql-2022-eicu": "ehrgym.external.ehrsql2022"})
+                     "ehrsql-2022-eicu": "ehrgym.external.ehrsql2022",
+                     "mimicsql": "ehrgym.external.mimicsql"})
 
 
 def register_adapter(adapter: ExternalAdapter) -> ExternalAdapter:

@@ -59,6 +59,11 @@ class ExternalOracleAgent(Agent):
             return AnswerAction(abstain=task.expected.reason or "out_of_scope",
                                 explanation="oracle: the question is unanswerable")
         try:
+            if task.meta.get("raw_sql"):  # MIMICSQL: the gold SQL runs as published
+                from ehrgym.external.scoring import normalise_rows
+
+                return AnswerAction(normalise_rows(self._connection().execute(task.gold_sql).fetchall()),
+                                    explanation="oracle: gold SQL result on the benchmark's SQLite database")
             rows = run_official(self._connection(), task.gold_sql,
                                 **({"current_time": task.meta["current_time"]} if task.meta.get("current_time") else {}))
         except sqlite3.Error as exc:
