@@ -42,6 +42,7 @@ _BUILTIN_MODULES: dict[str, str] = {
     "chat": "ehrgym.agents.chat",
     "hf": "ehrgym.agents.hf",
     "external-oracle": "ehrgym.external.oracle",
+    "external-abstain": "ehrgym.external.oracle",
 }
 
 

@@ -74,3 +74,15 @@ class ExternalOracleAgent(Agent):
         for con in self._cons.values():
             con.close()
         self._cons.clear()
+
+
+@register_agent("external-abstain")
+class ExternalAbstainAgent(Agent):
+    """Scripted floor: abstains on every question (RS(c) = the share of unanswerable questions, any c)."""
+
+    entitlement = Entitlement.NONE
+    concurrency = Concurrency.PROCESS
+    env_defaults = {"schema_summary": False, "python": False}
+
+    def act(self, observation: Any) -> Action:
+        return AnswerAction(abstain="out_of_scope", explanation="always abstains")
