@@ -152,8 +152,10 @@ def test_episode_gate_and_python_follow_the_benchmark_schema(ehrsql24: Path) -> 
         assert "mimiciv_hosp" not in obs.schema_summary
         assert env.step(SqlAction("SELECT count(*) FROM patients")).observation.rows == [(94,)]
         assert env.step(SqlAction("SELECT count(*) FROM ehrsql.cost")).observation.error is None
+        assert "mimiciv" not in obs.text.lower() and "MIMIC-IV tables" not in obs.text
         refused = env.step(SqlAction("SELECT * FROM mimiciv_hosp.labevents")).observation
         assert refused.error and "not available" in refused.error
+        assert "mimiciv_icu" not in refused.error and "schema ehrsql" in refused.error
         refused = env.step(SqlAction("SELECT * FROM base.ehrsql.patients")).observation
         assert refused.error
         shown = env.step(SqlAction("SHOW TABLES")).observation

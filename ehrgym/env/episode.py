@@ -341,11 +341,19 @@ class EhrEnv:
         parts = [f"Question: {task.question}", "",
                  f"You are working with {described} (DuckDB SQL).{now} Explore it with the tools "
                  "below, then answer or abstain.", "",
-                 "Tools:", tool_descriptions(cfg.tools), "", protocol_text(), ""]
+                 "Tools:", self._tool_text(), "", protocol_text(), ""]
         if cfg.schema_summary:
             parts += [self._schema_summary(), ""]
         parts.append(f"You have {cfg.max_steps} steps (tool calls, the final answer included).")
         return "\n".join(parts)
+
+    def _tool_text(self) -> str:
+        text = tool_descriptions(self.config.tools)
+        if self.profile is None or self.profile.name == "mimic-iv":
+            return text
+        return text.replace("the MIMIC-IV tables (mimiciv_hosp.*, mimiciv_icu.*)",
+                            f"the tables listed below ({', '.join(s + '.*' for s in self.profile.schemas)})") \
+            .replace("the episode's MIMIC-IV tables", "the episode's tables")
 
     def _schema_summary(self) -> str:
         if self.profile is None or self.profile.name == "mimic-iv":

@@ -331,8 +331,18 @@ class SqlGate:
                     while len(self._shapes) > self.cache_size:
                         self._shapes.popitem(last=False)
         if isinstance(hit, GateRejection):
-            raise GateRejection(str(hit))
+            raise GateRejection(self._allowed_here(str(hit)))
         return hit
+
+    def _allowed_here(self, message: str) -> str:
+        """A refusal names this gate's tables (an external benchmark's schema, not MIMIC-IV's)."""
+        if self.profile.name == "mimic-iv":
+            return message
+        first = self.profile.tables[0]
+        return message.replace(ALLOWED_TEXT, ALLOWED_TEXT.replace(
+            "the MIMIC-IV tables of schemas mimiciv_hosp and mimiciv_icu", f"the tables of schema "
+            f"{' and '.join(self.profile.schemas)}").replace(
+            "`labevents` or `mimiciv_hosp.labevents`", f"`{first.name}` or `{first.qualified}`"))
 
     def close(self) -> None:
         with self._parser_lock:
