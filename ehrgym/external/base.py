@@ -56,11 +56,13 @@ def register_adapter(adapter: ExternalAdapter) -> ExternalAdapter:
 
 
 def default_external_dir() -> Path:
-    """``$EHRGYM_EXTERNAL_DIR``, else ``../shared/external`` next to the working directory's repo."""
+    """``$EHRGYM_EXTERNAL_DIR``, else ``shared/external`` next to the kit's checkout (or the working directory)."""
     env = os.environ.get("EHRGYM_EXTERNAL_DIR")
     if env:
         return Path(env)
-    return Path.cwd().parent / "shared" / "external"
+    candidates = [Path(__file__).resolve().parents[2].parent / "shared" / "external",
+                  Path.cwd().parent / "shared" / "external", Path.cwd() / "shared" / "external"]
+    return next((c for c in candidates if c.is_dir()), candidates[0])
 
 
 def data_dir_for(adapter: ExternalAdapter, data: str | Path | None) -> Path:

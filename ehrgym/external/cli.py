@@ -22,7 +22,7 @@ def list_cmd() -> None:
     for name, adapter in ADAPTERS.load_all().items():
         data = default_external_dir() / adapter.data_folder
         needs = ", ".join("--" + n.replace("_", "-") for n in adapter.needs) or "nothing (offline)"
-        click.echo(f"{name:16s} {adapter.official_metric:28s} needs {needs}; data "
+        click.echo(f"{name:22s} {adapter.official_metric:28s} needs {needs}; data "
                    f"{'found' if data.is_dir() else 'missing'} at {data}")
 
 
