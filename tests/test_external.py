@@ -318,3 +318,40 @@ def test_transfer_notebook_is_thin_and_parameterised() -> None:
     assert "parameters" in code[0].metadata.get("tags", [])
     assert all(not c.get("outputs") for c in code)
     assert not any(line.lstrip().startswith(("def ", "class ")) for c in code for line in c.source.splitlines())
+
+
+def test_chat_agent_runs_external_tasks_like_gym_tasks(ehrsql24: Path, tmp_path: Path) -> None:
+    """An LLM agent (the real openai client against a scripted server) on two EHRSQL questions."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from fake_openai_server import FakeServer
+
+    from ehrgym.bench.dataset import load_benchmark
+    from ehrgym.eval.runner import run_evaluation
+    from ehrgym.external.metrics import run_transfer_row
+
+    dev = [t for t in load_benchmark(ehrsql24).tasks if t.split == "dev"]
+    answerable = next(t for t in dev if not t.expected.is_abstain and len(t.expected.value) == 1)
+    unanswerable = next(t for t in dev if t.expected.is_abstain)
+    first, second = sorted([answerable, unanswerable], key=lambda t: t.task_id)
+    replies = []
+    for t in (first, second):
+        replies.append({"tool_call": {"name": "sql", "arguments": {"query": "SELECT count(*) FROM patients"}}})
+        replies.append({"tool_call": {"name": "answer", "arguments":
+                        {"value": t.expected.value[0][0]} if t is answerable else
+                        {"abstain": "out_of_scope", "explanation": "not in this database"}}})
+    srv = FakeServer(tmp_path, replies)
+    try:
+        summary = run_evaluation(ehrsql24, ehrsql24 / "ehrsql-2024.duckdb", "chat", tmp_path / "run", k=1,
+                                 tasks=[first.task_id, second.task_id], progress=False,
+                                 agent_kwargs={"model": "fake-model", "base_url": srv.url, "api_key": "k",
+                                               "prompt": "external"})
+        sent = srv.requests()
+    finally:
+        srv.stop()
+    assert summary.ran == 2 and summary.success_clean == 1.0
+    system = sent[0]["messages"][0]["content"]
+    assert "mimiciv" not in system.lower() and "the database the first message describes" in system
+    row = run_transfer_row(tmp_path / "run")
+    assert row is not None and row["RS(N)"] == 100.0 and row["abstention_recall"] == 100.0

@@ -66,6 +66,8 @@ def build_and_run(benchmarks: Sequence[str], agents: Sequence[str], out_dir: str
         for agent in agents:
             kwargs = {key: v for key, v in {"model": model, "base_url": base_url}.items() if v} \
                 if agent not in SCRIPTED_BASELINES else {}
+            if agent == "chat":
+                kwargs["prompt"] = "external"   # schema-neutral: the first observation names the tables
             run_dir = out / "runs" / name / (agent + (f"-{model}" if kwargs.get("model") else ""))
             run_evaluation(bench_dir, db, agent, run_dir, k=k, workers=workers, agent_kwargs=kwargs,
                            tasks={"split": split} if split else None, limit_pairs=limit, progress=progress)
