@@ -110,8 +110,9 @@ _ARROW = {"INT64": pa.int64(), "FLOAT64": pa.float64(), "STRING": pa.string(), "
 
 def copy_sqlite_to_duckdb(sqlite_path: Path, out: Path, profile: SchemaProfile, meta: dict[str, Any]) -> str:
     """Copy every table of ``profile`` from SQLite into a DuckDB file; returns its content hash."""
-    if out.exists():
-        out.unlink()
+    for stale in (out, out.with_name(out.name + ".wal")):   # a rebuild starts from nothing
+        if stale.exists():
+            stale.unlink()
     src = sqlite3.connect(sqlite_path)
     con = duckdb.connect(str(out))
     digest = hashlib.sha256()
