@@ -141,15 +141,25 @@ def test_oracle_scores_100_on_valid_through_the_runner(ehrsql24: Path, tmp_path:
     assert again.ran == 0 and again.skipped == 1163   # resumes: nothing left to run
 
 
-def test_episode_gate_and_python_follow_the_benchmark_schema(ehrsql24: Path) -> None:
+@pytest.mark.parametrize("isolation", ["process", "inprocess"])
+def test_episode_gate_and_python_follow_the_benchmark_schema(ehrsql24: Path, isolation: str) -> None:
     from ehrgym.env.actions import AnswerAction, SqlAction
-    from ehrgym.env.episode import EhrEnv
+    from ehrgym.env.engine import ConnectionSettings
+    from ehrgym.env.episode import EhrEnv, EnvConfig
 
-    with EhrEnv.from_benchmark(ehrsql24, ehrsql24 / "ehrsql-2024.duckdb") as env:
+    config = EnvConfig(connection=ConnectionSettings(isolation=isolation))
+    with EhrEnv.from_benchmark(ehrsql24, ehrsql24 / "ehrsql-2024.duckdb", config) as env:
+        # the connection (in a child process, or in this one) was built from the database's profile
+        assert env.conn.profile.schemas == ("ehrsql",) and env.profile is env.conn.profile
         task = next(t for t in env.benchmark.tasks if t.split == "dev" and not t.expected.is_abstain)
         obs = env.reset(task)
+        assert obs.task_id == task.public_id and task.task_id not in obs.text
         assert "2100-12-31 23:59:00" in obs.text and "ehrsql.cost(" in obs.text
         assert "mimiciv_hosp" not in obs.schema_summary
+        # the SQL tool's text names the benchmark's schema, not MIMIC-IV's
+        assert obs.schemas == ("ehrsql",) and "ehrsql.*" in obs.tools and "MIMIC-IV" not in obs.tools
+        info = env.step(SqlAction("SELECT count(*) FROM information_schema.tables")).observation
+        assert info.error is None and info.rows == [(17,)]
         assert env.step(SqlAction("SELECT count(*) FROM patients")).observation.rows == [(94,)]
         assert env.step(SqlAction("SELECT count(*) FROM ehrsql.cost")).observation.error is None
         assert "mimiciv" not in obs.text.lower() and "MIMIC-IV tables" not in obs.text
@@ -164,6 +174,19 @@ def test_episode_gate_and_python_follow_the_benchmark_schema(ehrsql24: Path) -> 
         assert py.text.strip() == "119"
         r = env.step(AnswerAction("definitely wrong"))
         assert r.done and r.info["verdict"]["failure"] == "wrong_value"
+
+
+def test_a_gate_of_another_schema_is_refused(ehrsql24: Path) -> None:
+    from ehrgym.env.episode import EhrEnv
+    from ehrgym.env.gate import SqlGate
+    from ehrgym.errors import DatabaseError
+
+    gate = SqlGate()   # MIMIC-IV's tables
+    try:
+        with pytest.raises(DatabaseError, match="other tables"):
+            EhrEnv(ehrsql24 / "ehrsql-2024.duckdb", gate=gate)
+    finally:
+        gate.close()
 
 
 def test_wrong_data_dir_is_a_clear_error(tmp_path: Path) -> None:
@@ -353,5 +376,8 @@ def test_chat_agent_runs_external_tasks_like_gym_tasks(ehrsql24: Path, tmp_path:
     assert summary.ran == 2 and summary.success_clean == 1.0
     system = sent[0]["messages"][0]["content"]
     assert "mimiciv" not in system.lower() and "the database the first message describes" in system
+    sql_tool = next(t["function"] for t in sent[0]["tools"] if t["function"]["name"] == "sql")
+    assert "MIMIC-IV" not in json.dumps(sql_tool) and "ehrsql.*" in sql_tool["parameters"]["properties"][
+        "query"]["description"]
     row = run_transfer_row(tmp_path / "run")
     assert row is not None and row["RS(N)"] == 100.0 and row["abstention_recall"] == 100.0

@@ -132,6 +132,13 @@ class EhrEnv:
         self.conn = self.pool.acquire()
         # the database's schema profile (MIMIC-IV, or an external benchmark's; see ehrgym.db.profile)
         self.profile = getattr(self.conn, "profile", None)
+        if gate is not None and self.profile is not None and getattr(gate, "tables", None) is not None \
+                and set(gate.tables) != {spec.name for spec in self.profile.tables}:
+            self.pool.release(self.conn)
+            if self._own_pool:
+                self.pool.close()
+            raise DatabaseError(f"the SQL gate passed in admits other tables than {self.db_path}'s "
+                                f"{self.profile.name} schema; build it with SqlGate(profile=...)")
         self._own_gate = gate is None
         self.gate = gate if gate is not None else SqlGate(duckdb_check=config.gate_check, profile=self.profile)
         self._own_python_pool = python_pool is None
