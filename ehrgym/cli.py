@@ -17,6 +17,7 @@ STAGES: dict[str, str] = {
     "env": "ehrgym.env.cli",
     "eval": "ehrgym.eval.cli",
     "report": "ehrgym.report.cli",
+    "external": "ehrgym.external.cli",
 }
 
 

@@ -432,3 +432,71 @@ explore.explorer_widget(ex)
 """),
 ])
 print("notebooks written to", OUT)
+
+# ---------------------------------------------------------------------------------------------
+write("06_transfer", [
+    md("""
+# 06 · Transfer to external EHR benchmarks
+
+Do gains in the gym carry over to public EHR benchmarks, scored by their own rules? This notebook
+builds the external benchmarks that are available (`ehrgym external build`), runs the same agents
+on them (`ehrgym eval run`: any agent, `k` trials, resumable) and shows the transfer table and
+figure — per benchmark: the official metric (RS(c) for EHRSQL), answer accuracy and abstention
+precision/recall — next to gym runs when `gym_runs` names them.
+
+EHRSQL 2024 runs offline (its database is included with the question set). EHRSQL 2022 and
+MIMICSQL need your credentialed SQLite database: pass it in `resources`, e.g.
+`{"ehrsql-2022-mimic-iii": {"db": "/path/mimic_iii.sqlite"}}`; without it they are skipped and the
+reason is shown. With no LLM configured (`model` or `EHRGYM_MODEL`) only the scripted baselines
+that make sense here run: `external-oracle` (ceiling) and `external-abstain` (floor). `make
+reproduce` does not run this notebook.
+"""),
+    params("""
+benchmarks = ["ehrsql-2024", "ehrsql-2022-mimic-iii", "ehrsql-2022-eicu", "mimicsql"]
+agents = None             # None: the scripted baselines, plus "chat" when an LLM is configured
+resources = {}            # benchmark -> {"db": path} for the benchmarks that run on your database
+data = None               # external data folder (None: $EHRGYM_EXTERNAL_DIR or ../shared/external)
+out_dir = "../data/external"
+split = "dev"             # the split evaluated (dev = the validation split of each benchmark)
+limit = None              # only the first N questions
+k = 1                     # trials per question
+workers = 1
+model = None              # chat agent: model name (or EHRGYM_MODEL)
+base_url = None           # chat agent: OpenAI-compatible endpoint
+gym_runs = []             # gym run directories to compare with (e.g. ../data/runs/<bench>/chat-<model>)
+progress = True
+"""),
+    code("""
+import pandas as pd
+from IPython.display import Image, display
+
+from ehrgym.external import notebook as transfer
+
+pd.set_option("display.max_columns", 40, "display.width", 250)
+agents, why = transfer.agents_to_run(agents, model)
+print(why)
+"""),
+    code("""
+# NBVAL_IGNORE_OUTPUT
+# (what runs now depends on what is already built and stored; timings vary)
+result = transfer.build_and_run(benchmarks, agents, out_dir, data=data, resources=resources, split=split,
+                                limit=limit, k=k, workers=workers, model=model, base_url=base_url, progress=progress)
+for name, path in result.built.items():
+    print(f"{name}: built in {path}")
+for name, reason in result.skipped.items():
+    print(f"{name}: skipped — {reason}")
+"""),
+    md("""
+## Transfer table and figure
+
+RS(c): +1 for a correct answer or an abstention on an unanswerable question, 0 for an abstention on
+an answerable one, −c for a wrong answer (c = 0, 5, 10, N); percentages, mean over trials.
+"""),
+    code("""
+table = transfer.transfer_report(result.run_dirs, out_dir, gym_runs)
+table
+"""),
+    code("""
+display(Image(filename=f"{out_dir}/figures/transfer.png"))
+"""),
+])

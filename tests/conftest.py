@@ -10,6 +10,15 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 # EHRGYM_DEMO_DIR points elsewhere (e.g. from a git worktree whose parent holds no shared/)
 DEMO_DIR = Path(os.environ.get("EHRGYM_DEMO_DIR", REPO.parent / "shared" / "mimic-iv-demo-2.2"))
+# external benchmarks' question sets (EHRSQL 2024 …): $EHRGYM_EXTERNAL_DIR, else ../shared/external
+EXTERNAL_DIR = Path(os.environ.get("EHRGYM_EXTERNAL_DIR") or REPO.parent / "shared" / "external")
+
+
+@pytest.fixture(scope="session")
+def external_dir() -> Path:
+    if not (EXTERNAL_DIR / "ehrsql-2024" / "database").is_dir():
+        pytest.skip(f"external benchmark data not found at {EXTERNAL_DIR} (set EHRGYM_EXTERNAL_DIR)")
+    return EXTERNAL_DIR
 
 
 @pytest.fixture(scope="session")

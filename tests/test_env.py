@@ -43,6 +43,9 @@ def test_first_observation(env: EhrEnv) -> None:
         assert reason in obs.text
     assert "mimiciv_hosp.labevents(labevent_id" in obs.text and "sql(query)" in obs.text
     assert "python(code)" not in obs.text  # the python tool is disabled in this config
+    # the default schema profile: MIMIC-IV's schemas, named in the SQL tool's text
+    assert obs.schemas == ("mimiciv_hosp", "mimiciv_icu") and "MIMIC-IV tables (mimiciv_hosp.*" in obs.tools
+    assert env.conn.profile.name == "mimic-iv"
     assert obs.steps_left == 10
     assert SECRET not in obs.text
 

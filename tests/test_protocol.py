@@ -105,6 +105,20 @@ def test_tool_schemas_follow_the_action_dataclasses() -> None:
     assert "python(code)" in tool_descriptions() and set(TOOLS) == {"sql", "python", "answer"}
 
 
+def test_sql_tool_text_follows_the_episode_schemas() -> None:
+    """MIMIC-IV's schemas (or none given) keep the text; an external profile's schemas replace it."""
+    mimic = ("mimiciv_hosp", "mimiciv_icu")
+    assert tool_descriptions(None, mimic) == tool_descriptions() and tool_schemas(schemas=mimic) == tool_schemas()
+    assert "MIMIC-IV tables (mimiciv_hosp.*, mimiciv_icu.*)" in tool_descriptions()
+    text = tool_descriptions(None, ("ehrsql",))
+    assert "MIMIC-IV" not in text and "the episode's tables (ehrsql.*)" in text
+    sql = tool_schemas(("sql",), schemas=("ehrsql",))[0]["function"]
+    assert "MIMIC-IV" not in sql["description"] and "MIMIC-IV" not in sql["parameters"]["properties"]["query"][
+        "description"]
+    assert "ehrsql.*" in sql["parameters"]["properties"]["query"]["description"]
+    assert "MIMIC-IV" in tool_schemas(("sql",))[0]["function"]["description"]   # the cached default untouched
+
+
 def test_trajectory_round_trip() -> None:
     traj = Trajectory("t1", "Question?", [TrajectoryStep(1, {"tool": "sql", "query": "SELECT 1"}, "1 row", 0.0, False,
                                                          0.01, {"rows": 1}, {"prompt_tokens": 10, "completion_tokens": 3}),

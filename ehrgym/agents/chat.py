@@ -106,6 +106,9 @@ class ChatAgent(Agent):
         self._rng = np.random.default_rng(briefing.seed)
         self._trial = briefing.trial
         self._pending_tool_call = None
+        # the SQL tool names the episode's schemas (MIMIC-IV's, or an external benchmark's)
+        self._schemas = tuple(getattr(observation, "schemas", ()) or ()) or None
+        self._tools = None
         self.messages = [{"role": "system", "content": system_prompt(self.prompt, not self.native_tools)},
                          {"role": "user", "content": observation_text(observation)}]
         self._first = True
@@ -193,7 +196,7 @@ class ChatAgent(Agent):
             if self._tools is None:
                 from ehrgym.env.tools import tool_schemas
 
-                self._tools = tool_schemas()
+                self._tools = tool_schemas(schemas=getattr(self, "_schemas", None))
             req["tools"] = self._tools
         return req
 

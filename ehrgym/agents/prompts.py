@@ -44,9 +44,17 @@ print(sql("SELECT ...").head())
 ANSWER: <value>
 ABSTAIN: <reason code>: <explanation>"""
 
+# external benchmarks (ehrgym.external): the first observation describes the database and its schema
+EXTERNAL = f"""You are a careful clinical data analyst. You answer questions about a hospital's \
+electronic health records stored in the database the first message describes (DuckDB SQL dialect; \
+use only the tables it lists). Explore the database with the tools, then give one final answer.
+Some questions cannot be answered from this database: then abstain instead, with one reason code \
+from: {_REASONS}, and a short explanation."""
+
 PROMPTS: dict[str, str] = {
     "neutral": NEUTRAL,
     "noise_aware": NOISE_AWARE,
+    "external": EXTERNAL,
 }
 
 

@@ -42,6 +42,8 @@ _BUILTIN_MODULES: dict[str, str] = {
     "skeptic": "ehrgym.agents.skeptic",
     "chat": "ehrgym.agents.chat",
     "hf": "ehrgym.agents.hf",
+    "external-oracle": "ehrgym.external.oracle",
+    "external-abstain": "ehrgym.external.oracle",
 }
 
 

@@ -207,7 +207,8 @@ def load_benchmark(path: str | Path, verify_hash: bool = True) -> Benchmark:
     if verify_hash:
         _verify_files(path, manifest)
     tasks = load_tasks_jsonl(tasks_path)
-    _validate_pairs(tasks, tasks_path)
+    if manifest.get("kind") != "external":  # an external benchmark's tasks are single questions, not pairs
+        _validate_pairs(tasks, tasks_path)
     card = {}
     if (path / "card.json").exists():
         try:

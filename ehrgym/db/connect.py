@@ -25,10 +25,26 @@ def open_database(path: str | Path, read_only: bool = True) -> duckdb.DuckDBPyCo
     try:
         con.execute(search_path_sql())
     except duckdb.CatalogException as exc:
+        if _profile_search_path(con):  # an external benchmark's database (ehrgym.db.profile)
+            return con
         con.close()
         raise DatabaseError(f"{path} is a DuckDB file without the MIMIC-IV schemas (mimiciv_hosp, mimiciv_icu); "
                             f"build a kit database with `ehrgym db synth` or `ehrgym db load-mimic`") from exc
     return con
+
+
+def _profile_search_path(con: duckdb.DuckDBPyConnection) -> bool:
+    """Set the search path of the schema profile a database's bookkeeping names; False when it names none."""
+    from ehrgym.db.profile import META_KEY, SchemaProfile
+
+    try:
+        meta = read_meta(con)
+    except DatabaseError:
+        return False
+    if not meta.get(META_KEY):
+        return False
+    con.execute(SchemaProfile.from_dict(meta[META_KEY]).search_path_sql())
+    return True
 
 
 def attach_base(con: duckdb.DuckDBPyConnection, path: str | Path, alias: str = "base") -> None:

@@ -277,14 +277,17 @@ class OverlaySession:
     switching tasks on a warm connection costs a handful of ``CREATE OR REPLACE VIEW``.
     """
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, base: str = "base") -> None:
+    def __init__(self, con: duckdb.DuckDBPyConnection, base: str = "base", profile: Any = None) -> None:
         self.con = con
         self.base = base
         self._touched: set[str] = set()
         self._current: dict[str, TableEdit] | None = {}
-        for schema in EXPOSED_SCHEMAS:
+        # profile: an ehrgym.db.profile.SchemaProfile (None: the MIMIC-IV tables)
+        self._spec = profile.table_spec if profile is not None else table_spec
+        specs = profile.tables if profile is not None else tuple(mimic_schema().values())
+        for schema in (profile.schemas if profile is not None else EXPOSED_SCHEMAS):
             con.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
-        for spec in mimic_schema().values():
+        for spec in specs:
             con.execute(f"CREATE OR REPLACE VIEW {spec.qualified} AS {_view_sql(spec, base, None)}")
 
     def apply(self, overlay: Overlay) -> None:
@@ -297,7 +300,7 @@ class OverlaySession:
         self._touched |= set(merged)
         self._current = None  # unknown until every view is re-pointed
         for name in pending:
-            spec = table_spec(name)
+            spec = self._spec(name)
             try:
                 self.con.execute(f"CREATE OR REPLACE VIEW {spec.qualified} AS "
                                  f"{_view_sql(spec, self.base, merged.get(name))}")

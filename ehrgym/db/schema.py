@@ -46,7 +46,8 @@ class TableSpec:
 
     @property
     def schema(self) -> str:
-        return MODULE_SCHEMAS[self.module]
+        # a MIMIC-IV module maps to its schema; other profiles (ehrgym.db.profile) name the schema itself
+        return MODULE_SCHEMAS.get(self.module, self.module)
 
     @property
     def qualified(self) -> str:

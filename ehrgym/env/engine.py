@@ -1,8 +1,10 @@
 """One episode's DuckDB connection and how a query runs on it (no gate here: see :mod:`ehrgym.env.gate`).
 
 :class:`EpisodeConnection` is an in-memory DuckDB database with the kit database ATTACHed
-``READ_ONLY`` as ``base``, the MIMIC-IV views of :class:`~ehrgym.db.overlay.OverlaySession` in its
-own catalog, the MIMIC-IV search path, a static ``ehrgym_info`` copy of the public schema, and
+``READ_ONLY`` as ``base``, the views of :class:`~ehrgym.db.overlay.OverlaySession` in its own
+catalog (the tables of the database's schema profile, :mod:`ehrgym.db.profile`: MIMIC-IV unless the
+database's bookkeeping names another), their search path, a static ``ehrgym_info`` copy of the
+public schema, and
 hardened settings: ``threads``, ``memory_limit`` (DuckDB's buffer pool), no spilling to disk
 (or a private scratch directory capped at ``temp_mb``; never the working directory),
 ``max_expression_depth``, no Python replacement scans, no extension autoloading, then
@@ -39,7 +41,6 @@ import duckdb
 
 from ehrgym.db.connect import attach_base, read_meta
 from ehrgym.db.overlay import Overlay, OverlaySession
-from ehrgym.db.schema import search_path_sql
 from ehrgym.errors import DatabaseError
 
 BASE_ALIAS = "base"
@@ -238,24 +239,67 @@ def _ident(name: Any) -> str:
     return '"' + str(name).replace('"', '""') + '"'
 
 
+def _attached_profile(con: duckdb.DuckDBPyConnection) -> Any:
+    """The schema profile named by the bookkeeping of the database attached as ``base``."""
+    from ehrgym.db.profile import mimic_profile, profile_from_meta
+
+    try:
+        return profile_from_meta(read_meta(con, BASE_ALIAS))
+    except DatabaseError:  # no bookkeeping: a plain MIMIC-IV database
+        return mimic_profile()
+
+
+_PROFILES: dict[tuple[str, int, int], Any] = {}
+_PROFILES_LOCK = threading.Lock()
+
+
+def database_profile(db_path: str | Path) -> Any:
+    """The :class:`~ehrgym.db.profile.SchemaProfile` of a database file (read once per file version)."""
+    path = Path(db_path).resolve()
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise DatabaseError(f"database {path} does not exist") from exc
+    key = (str(path), st.st_mtime_ns, st.st_size)
+    with _PROFILES_LOCK:
+        if key in _PROFILES:
+            return _PROFILES[key]
+    con = duckdb.connect(":memory:")
+    try:
+        attach_base(con, path, BASE_ALIAS)
+        profile = _attached_profile(con)
+    except duckdb.Error as exc:
+        raise DatabaseError(f"cannot open {path} for episodes: {exc}") from exc
+    finally:
+        con.close()
+    with _PROFILES_LOCK:
+        if len(_PROFILES) > 64:
+            _PROFILES.clear()
+        _PROFILES[key] = profile
+    return profile
+
+
 class EpisodeConnection:
     """One episode's private DuckDB: views over ``base`` with the current task's overlay."""
 
-    def __init__(self, db_path: Path, settings: ConnectionSettings, info_sql: list[str] | None = None) -> None:
+    def __init__(self, db_path: Path, settings: ConnectionSettings, info_sql: list[str] | None = None,
+                 profile: Any = None) -> None:
         self.db_path = db_path
         self.settings = settings
         self.con = duckdb.connect(":memory:")
         self._scratch: str | None = None
         try:
             attach_base(self.con, db_path, BASE_ALIAS)
-            self.session = OverlaySession(self.con, BASE_ALIAS)
+            # the tables exposed: MIMIC-IV, or the schema profile the database's bookkeeping names
+            self.profile = profile if profile is not None else _attached_profile(self.con)
+            self.session = OverlaySession(self.con, BASE_ALIAS, self.profile)
             if info_sql is None:
                 from ehrgym.env.gate import info_schema_sql
 
-                info_sql = info_schema_sql()
+                info_sql = info_schema_sql(self.profile)
             for stmt in info_sql:
                 self.con.execute(stmt)
-            self.con.execute(search_path_sql())
+            self.con.execute(self.profile.search_path_sql())
             self.con.execute(f"SET threads = {int(settings.threads)}")
             self.con.execute(f"SET memory_limit = '{settings.memory_limit.strip()}'")
             self.con.execute(f"SET max_expression_depth = {int(settings.max_expression_depth)}")

@@ -74,6 +74,7 @@ class Observation:
     protocol: str = ""
     tools: str = ""
     schema_summary: str = ""
+    schemas: tuple[str, ...] = ()  # the schemas the episode's tables live in (first observation)
     columns: list[str] = field(default_factory=list)
     rows: list[tuple[Any, ...]] = field(default_factory=list)
     row_count: int | None = None
@@ -95,11 +96,13 @@ class StepResult:
         return iter((self.observation, self.reward, self.done, self.info))
 
 
-@lru_cache(maxsize=1)
-def schema_summary() -> str:
-    """The 31 tables and their columns, one line per table."""
-    lines = [f"Tables (schemas {', '.join(EXPOSED_SCHEMAS)}; unqualified names also work):"]
-    for spec in mimic_schema().values():
+@lru_cache(maxsize=8)
+def schema_summary(profile: Any = None) -> str:
+    """The exposed tables (MIMIC-IV's 31 unless ``profile`` names others) and their columns, one line per table."""
+    schemas = profile.schemas if profile is not None else EXPOSED_SCHEMAS
+    specs = profile.tables if profile is not None else tuple(mimic_schema().values())
+    lines = [f"Tables (schemas {', '.join(schemas)}; unqualified names also work):"]
+    for spec in specs:
         lines.append(f"{spec.qualified}({', '.join(spec.column_names)})")
     return "\n".join(lines)
 
@@ -127,8 +130,17 @@ class EhrEnv:
         self.pool = pool if pool is not None else ConnectionPool(self.db_path, config.connection, warm=1,
                                                                  background=False)
         self.conn = self.pool.acquire()
+        # the database's schema profile (MIMIC-IV, or an external benchmark's; see ehrgym.db.profile)
+        self.profile = getattr(self.conn, "profile", None)
+        if gate is not None and self.profile is not None and getattr(gate, "tables", None) is not None \
+                and set(gate.tables) != {spec.name for spec in self.profile.tables}:
+            self.pool.release(self.conn)
+            if self._own_pool:
+                self.pool.close()
+            raise DatabaseError(f"the SQL gate passed in admits other tables than {self.db_path}'s "
+                                f"{self.profile.name} schema; build it with SqlGate(profile=...)")
         self._own_gate = gate is None
-        self.gate = gate if gate is not None else SqlGate(duckdb_check=config.gate_check)
+        self.gate = gate if gate is not None else SqlGate(duckdb_check=config.gate_check, profile=self.profile)
         self._own_python_pool = python_pool is None
         self._python_pool = python_pool
         self._worker: Any = None
@@ -212,8 +224,8 @@ class EhrEnv:
         text = self._task_text(task)
         obs = Observation(text=text, kind="task", task_id=task.public_id, step=0, steps_left=self.config.max_steps,
                           question=task.question, protocol=protocol_text(),
-                          tools=tool_descriptions(self.config.tools),
-                          schema_summary=schema_summary() if self.config.schema_summary else "")
+                          tools=self._tool_text(), schemas=self._schemas(),
+                          schema_summary=self._schema_summary() if self.config.schema_summary else "")
         self.trajectory = Trajectory(task_id=task.public_id, initial_observation=text)
         self._started = time.perf_counter()
         self.trajectory.reset_seconds = self._started - t0
@@ -369,14 +381,32 @@ class EhrEnv:
 
     def _task_text(self, task: Task) -> str:
         cfg = self.config
+        profile = self.profile
+        described = profile.description if profile is not None else "a MIMIC-IV hospital database"
+        now = f' Take the current time to be {profile.current_time}.' if profile is not None and \
+            profile.current_time else ""
         parts = [f"Question: {task.question}", "",
-                 "You are working with a MIMIC-IV hospital database (DuckDB SQL). Explore it with the tools "
+                 f"You are working with {described} (DuckDB SQL).{now} Explore it with the tools "
                  "below, then answer or abstain.", "",
-                 "Tools:", tool_descriptions(cfg.tools), "", protocol_text(), ""]
+                 "Tools:", self._tool_text(), "", protocol_text(), ""]
         if cfg.schema_summary:
-            parts += [schema_summary(), ""]
+            parts += [self._schema_summary(), ""]
         parts.append(f"You have {cfg.max_steps} steps (tool calls, the final answer included).")
         return "\n".join(parts)
+
+    def _schemas(self) -> tuple[str, ...]:
+        """The schemas the episode exposes (its profile's; MIMIC-IV's by default)."""
+        return tuple(self.profile.schemas) if self.profile is not None else tuple(EXPOSED_SCHEMAS)
+
+    def _tool_text(self) -> str:
+        return tool_descriptions(self.config.tools, self._schemas())
+
+    def _schema_summary(self) -> str:
+        if self.profile is None or self.profile.name == "mimic-iv":
+            return schema_summary()
+        if getattr(self, "_profile_summary", None) is None:
+            self._profile_summary = schema_summary(self.profile)
+        return self._profile_summary
 
     def _drop_worker(self) -> None:
         if self._worker is not None:

@@ -43,7 +43,6 @@ from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
 
-from ehrgym.db.schema import EXPOSED_SCHEMAS, mimic_schema, table_spec
 from ehrgym.errors import GateRejection
 
 INFO_SCHEMA = "ehrgym_info"  # static, public copy of information_schema.{columns,tables}
@@ -162,25 +161,33 @@ def reject(reason: str) -> GateRejection:
 # Static schema exploration (answered from the kit's schema, never from the connection)
 # ---------------------------------------------------------------------------------------------
 
-def show_tables(_: exp.Expression | None = None) -> StaticResult:
-    rows = tuple((spec.schema, spec.name) for spec in mimic_schema().values())
+def _profile(profile: Any = None) -> Any:
+    from ehrgym.db.profile import mimic_profile
+
+    return profile if profile is not None else mimic_profile()
+
+
+def show_tables(_: exp.Expression | None = None, profile: Any = None) -> StaticResult:
+    rows = tuple((spec.schema, spec.name) for spec in _profile(profile).tables)
     return StaticResult(("schema", "table"), rows)
 
 
-def describe_table(name: str) -> StaticResult:
+def describe_table(name: str, profile: Any = None) -> StaticResult:
+    profile = _profile(profile)
     try:
-        spec = table_spec(name)
+        spec = profile.table_spec(name)
     except KeyError:
-        raise reject(f"DESCRIBE names unknown table {name!r}; SHOW TABLES lists the 31 tables") from None
+        raise reject(f"DESCRIBE names unknown table {name!r}; SHOW TABLES lists the {len(profile.tables)} "
+                     f"tables") from None
     rows = tuple((c.name, c.duckdb_type, "NO" if c.required else "YES") for c in spec.columns)
     return StaticResult(("column_name", "column_type", "null"), rows)
 
 
-def info_schema_sql() -> list[str]:
+def info_schema_sql(profile: Any = None) -> list[str]:
     """DDL of the static ``ehrgym_info`` schema created on every episode connection."""
     cols = []
     tabs = []
-    for spec in mimic_schema().values():
+    for spec in _profile(profile).tables:
         tabs.append(f"('memory', '{spec.schema}', '{spec.name}', 'VIEW')")
         for i, c in enumerate(spec.columns, 1):
             cols.append(f"('memory', '{spec.schema}', '{spec.name}', '{c.name}', {i}, '{c.duckdb_type}', "
@@ -222,7 +229,7 @@ def statement_handler(*kinds: type[exp.Expression]) -> Callable[[StatementHandle
 def _handle_show(gate: "SqlGate", stmt: exp.Expression, text: str, parsed: Parsed) -> GateDecision:
     what = str(stmt.this or "").upper()
     if what in ("TABLES", "ALL TABLES") or what.endswith("TABLES"):
-        return GateDecision("static", static=show_tables())
+        return GateDecision("static", static=show_tables(profile=gate.profile))
     raise reject(f"SHOW {what.lower()} is not available; use SHOW TABLES or DESCRIBE <table>")
 
 
@@ -230,9 +237,10 @@ def _handle_show(gate: "SqlGate", stmt: exp.Expression, text: str, parsed: Parse
 def _handle_describe(gate: "SqlGate", stmt: exp.Expression, text: str, parsed: Parsed) -> GateDecision:
     target = stmt.this
     if isinstance(target, exp.Table) and isinstance(target.this, exp.Identifier) and not target.catalog:
-        if target.db and target.db.lower() not in EXPOSED_SCHEMAS:
+        if target.db and target.db.lower() not in gate.schemas:
             raise reject(f"schema {target.db!r} is not available")
-        return GateDecision("static", static=describe_table(target.name), tables=(table_spec(target.name).name,))
+        return GateDecision("static", static=describe_table(target.name, gate.profile),
+                            tables=(gate.profile.table_spec(target.name).name,))
     raise reject("DESCRIBE takes one MIMIC-IV table name (e.g. DESCRIBE labevents)")
 
 
@@ -277,14 +285,17 @@ class SqlGate:
     _parser_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     duckdb_check: str = "tokens"  # layer 2: "tokens" (DuckDB's lexer) or "ast" (DuckDB's parser)
     _parser: duckdb.DuckDBPyConnection | None = field(default=None, repr=False)
+    profile: Any = None  # ehrgym.db.profile.SchemaProfile of the exposed tables (None: MIMIC-IV)
 
     def __post_init__(self) -> None:
+        self.profile = _profile(self.profile)
+        self.schemas = frozenset(self.profile.schemas)
         if self.duckdb_check not in DUCKDB_CHECKS:
             raise ValueError(f"duckdb_check must be one of {sorted(DUCKDB_CHECKS)}, got {self.duckdb_check!r}")
         self.functions = duckdb_function_allowlist() | TABLE_FUNCTIONS_ALLOWED | _PARSER_REWRITTEN_CALLS
         self.system_names = system_object_names()
-        self.tables = frozenset(mimic_schema())
-        exposed = self.tables | {c.name for spec in mimic_schema().values() for c in spec.columns}
+        self.tables = frozenset(spec.name for spec in self.profile.tables)
+        exposed = self.tables | {c.name for spec in self.profile.tables for c in spec.columns}
         self.forbidden_identifiers = (_FORBIDDEN_IDENTIFIERS | reachable_system_relations()) - exposed
         self.forbidden_calls = (callable_names() | _DENY_FUNCTIONS) - self.functions
         self.forbidden_keyword_calls = self.forbidden_calls & duckdb_keywords()
@@ -320,8 +331,18 @@ class SqlGate:
                     while len(self._shapes) > self.cache_size:
                         self._shapes.popitem(last=False)
         if isinstance(hit, GateRejection):
-            raise GateRejection(str(hit))
+            raise GateRejection(self._allowed_here(str(hit)))
         return hit
+
+    def _allowed_here(self, message: str) -> str:
+        """A refusal names this gate's tables (an external benchmark's schema, not MIMIC-IV's)."""
+        if self.profile.name == "mimic-iv":
+            return message
+        first = self.profile.tables[0]
+        return message.replace(ALLOWED_TEXT, ALLOWED_TEXT.replace(
+            "the MIMIC-IV tables of schemas mimiciv_hosp and mimiciv_icu", f"the tables of schema "
+            f"{' and '.join(self.profile.schemas)}").replace(
+            "`labevents` or `mimiciv_hosp.labevents`", f"`{first.name}` or `{first.qualified}`"))
 
     def close(self) -> None:
         with self._parser_lock:
@@ -425,7 +446,7 @@ class SqlGate:
                 self._check_function(node)  # type: ignore[arg-type]
             elif role == "column":
                 for part in (node.args.get("catalog"), node.args.get("db")):
-                    if part is not None and part.name.lower() not in EXPOSED_SCHEMAS:
+                    if part is not None and part.name.lower() not in self.schemas:
                         raise reject(f"the column reference {node.sql('duckdb')!r} names schema or catalog "
                                      f"{part.name!r}")
         for name in cte_names:
@@ -453,10 +474,10 @@ class SqlGate:
         if schema == "information_schema" and name in ("columns", "tables"):
             node.set("db", exp.to_identifier(INFO_SCHEMA))
             return True
-        if schema and schema not in EXPOSED_SCHEMAS:
-            raise reject(f"schema {node.db!r} is not available; use mimiciv_hosp or mimiciv_icu")
+        if schema and schema not in self.schemas:
+            raise reject(f"schema {node.db!r} is not available; use {' or '.join(self.profile.schemas)}")
         if name in self.tables:
-            spec = table_spec(name)
+            spec = self.profile.table_spec(name)
             if schema and schema != spec.schema:
                 raise reject(f"table {name} lives in {spec.schema}, not {schema}")
             tables.add(spec.name)
@@ -523,7 +544,7 @@ class SqlGate:
                     raise reject(f"the function {name}() is not allowed")
             elif cls == "COLUMN_REF":
                 parts = [str(p).lower() for p in node.get("column_names", [])]
-                if len(parts) >= 4 or (len(parts) == 3 and parts[0] not in EXPOSED_SCHEMAS
+                if len(parts) >= 4 or (len(parts) == 3 and parts[0] not in self.schemas
                                        and (parts[0] in _CATALOG_LIKE or parts[0] in self.system_names)):
                     raise reject(f"the column reference {'.'.join(parts)!r} names a schema or catalog")
         for name in ctes:
@@ -585,10 +606,10 @@ class SqlGate:
             raise reject(f"catalog {catalog!r} is not available")
         if schema == INFO_SCHEMA and name in ("columns", "tables"):
             return
-        if schema and schema not in EXPOSED_SCHEMAS:
-            raise reject(f"schema {schema!r} is not available; use mimiciv_hosp or mimiciv_icu")
+        if schema and schema not in self.schemas:
+            raise reject(f"schema {schema!r} is not available; use {' or '.join(self.profile.schemas)}")
         if name in self.tables:
-            expected = table_spec(name).schema
+            expected = self.profile.table_spec(name).schema
             if schema and schema != expected:
                 raise reject(f"table {name} lives in {expected}, not {schema}")
             return

@@ -2,7 +2,8 @@
 
 Each connection (:class:`~ehrgym.env.engine.EpisodeConnection`, or by default its process-isolated
 form :class:`~ehrgym.env.sqlserver.IsolatedConnection`) is an in-memory DuckDB database with the kit
-database ATTACHed ``READ_ONLY`` as ``base``, the MIMIC-IV views in its own catalog and hardened
+database ATTACHed ``READ_ONLY`` as ``base``, the views of its schema profile (MIMIC-IV, or an external
+benchmark's: :mod:`ehrgym.db.profile`) in its own catalog and hardened
 settings (see :mod:`ehrgym.env.engine`). Building one costs tens of milliseconds in process and
 ~0.2 s as a child process, so a :class:`ConnectionPool` keeps ``warm`` of them ready (refilled by a
 background thread) and starting an episode only re-points the views the task's overlay touches.
@@ -15,26 +16,42 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Union
+from typing import Any, Union
 
 from ehrgym.db.overlay import Overlay
-from ehrgym.env.engine import BASE_ALIAS, ConnectionSettings, EpisodeConnection, Watchdog
+from ehrgym.env.engine import BASE_ALIAS, ConnectionSettings, EpisodeConnection, Watchdog, database_profile
 from ehrgym.env.sqlserver import IsolatedConnection
 from ehrgym.errors import DatabaseError
 
 __all__ = ["BASE_ALIAS", "ConnectionPool", "ConnectionSettings", "EpisodeConnection", "IsolatedConnection",
-           "Watchdog", "make_connection"]
+           "Watchdog", "database_profile", "make_connection"]
 
 AnyConnection = Union[EpisodeConnection, IsolatedConnection]
 
 
 def make_connection(db_path: Path, settings: ConnectionSettings) -> AnyConnection:
     """A fresh episode connection of the kind ``settings.isolation`` asks for."""
+    # the database's schema profile (ehrgym.db.profile; read once per file) decides the views,
+    # the static ehrgym_info copy and the search path of the connection
+    profile = database_profile(db_path)
+    info_sql = _info_sql(profile)
+    if settings.isolation == "process":
+        return IsolatedConnection(db_path, settings, info_sql, profile)
+    return EpisodeConnection(db_path, settings, info_sql, profile)
+
+
+_INFO_SQL: dict[int, tuple[Any, list[str]]] = {}
+
+
+def _info_sql(profile: Any) -> list[str]:
     from ehrgym.env.gate import info_schema_sql
 
-    if settings.isolation == "process":
-        return IsolatedConnection(db_path, settings, info_schema_sql())
-    return EpisodeConnection(db_path, settings, info_schema_sql())
+    hit = _INFO_SQL.get(id(profile))
+    if hit is None or hit[0] is not profile:
+        if len(_INFO_SQL) > 64:
+            _INFO_SQL.clear()
+        hit = _INFO_SQL[id(profile)] = (profile, info_schema_sql(profile))
+    return hit[1]
 
 
 class ConnectionPool:

@@ -36,7 +36,7 @@ from typing import Any
 
 from ehrgym.db.overlay import Overlay
 from ehrgym.env.engine import (Catalog, ConnectionSettings, QueryError, QueryResult, SqlLimits, Watchdog,
-                               deadline_message, memory_message)
+                               database_profile, deadline_message, memory_message)
 from ehrgym.errors import DatabaseError, EhrGymError
 
 _START_TIMEOUT_S = 60.0
@@ -49,13 +49,16 @@ _MAX_PREVIEW_REPLY = 64 << 20
 class IsolatedConnection:
     """The parent side: the same interface as :class:`~ehrgym.env.engine.EpisodeConnection`."""
 
-    def __init__(self, db_path: Path, settings: ConnectionSettings, info_sql: list[str] | None = None) -> None:
+    def __init__(self, db_path: Path, settings: ConnectionSettings, info_sql: list[str] | None = None,
+                 profile: Any = None) -> None:
         self.db_path = Path(db_path).resolve()
         self.settings = settings
+        # the schema profile (ehrgym.db.profile) is read here, so the child needs no gate import
+        self.profile = profile if profile is not None else database_profile(self.db_path)
         if info_sql is None:
             from ehrgym.env.gate import info_schema_sql
 
-            info_sql = info_schema_sql()
+            info_sql = info_schema_sql(self.profile)
         self._info_sql = info_sql
         self._lock = threading.Lock()
         self.overlay = Overlay()
@@ -94,7 +97,8 @@ class IsolatedConnection:
         except OSError:
             self._statm = None
         self._chan.send_bytes(pickle.dumps({"db": str(self.db_path), "settings": self.settings,
-                                            "info_sql": self._info_sql, "overlay": self.overlay}))
+                                            "info_sql": self._info_sql, "profile": self.profile,
+                                            "overlay": self.overlay}))
         status, detail = self._reply(_START_TIMEOUT_S)
         if status != "ok":
             self._kill()
@@ -268,7 +272,7 @@ def serve(fd: int) -> None:
     chan = Connection(fd)
     init = pickle.loads(chan.recv_bytes())
     try:
-        conn = EpisodeConnection(Path(init["db"]), init["settings"], init["info_sql"])
+        conn = EpisodeConnection(Path(init["db"]), init["settings"], init["info_sql"], init.get("profile"))
         conn.apply(init["overlay"])
     except Exception as exc:  # noqa: BLE001 - reported to the parent
         chan.send_bytes(pickle.dumps(("error", f"{type(exc).__name__}: {exc}")))

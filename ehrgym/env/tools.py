@@ -87,21 +87,45 @@ TOOLS: dict[str, Tool] = {t.name: t for t in (
 )}
 
 
-def tool_schemas(names: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
-    """OpenAI function-calling schemas of the tools (all, or ``names`` in that order)."""
+_MIMIC_SCOPE = "the MIMIC-IV tables (mimiciv_hosp.*, mimiciv_icu.*)"
+_MIMIC_EPISODE = "the episode's MIMIC-IV tables"
+_MIMIC_SCHEMAS = ("mimiciv_hosp", "mimiciv_icu")
+
+
+def _scoped(text: str, schemas: tuple[str, ...] | None) -> str:
+    """``text`` naming the episode's schemas instead of MIMIC-IV's (``schemas``: those of the
+    episode's schema profile, :mod:`ehrgym.db.profile`; None or MIMIC-IV's: unchanged)."""
+    if not schemas or tuple(schemas) == _MIMIC_SCHEMAS:
+        return text
+    listed = ", ".join(f"{s}.*" for s in schemas)
+    return text.replace(_MIMIC_SCOPE, f"the episode's tables ({listed})").replace(_MIMIC_EPISODE,
+                                                                                   "the episode's tables")
+
+
+def tool_schemas(names: tuple[str, ...] | None = None,
+                 schemas: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+    """OpenAI function-calling schemas of the tools (all, or ``names`` in that order); ``schemas``:
+    the schemas the episode exposes (``Observation.schemas``), named in the SQL tool's text."""
     chosen = names if names is not None else tuple(TOOLS)
-    return [TOOLS[n].schema() for n in chosen]
+    out = [TOOLS[n].schema() for n in chosen]
+    if schemas and tuple(schemas) != _MIMIC_SCHEMAS:
+        for spec in out:
+            fn = spec["function"]
+            fn["description"] = _scoped(fn["description"], schemas)
+            for prop in fn["parameters"]["properties"].values():
+                prop["description"] = _scoped(prop["description"], schemas)
+    return out
 
 
 @lru_cache(maxsize=16)
-def tool_descriptions(names: tuple[str, ...] | None = None) -> str:
-    """The tools as text for prompts and the first observation."""
+def tool_descriptions(names: tuple[str, ...] | None = None, schemas: tuple[str, ...] | None = None) -> str:
+    """The tools as text for prompts and the first observation (``schemas``: as for :func:`tool_schemas`)."""
     chosen = names if names is not None else tuple(TOOLS)
     lines = []
     for n in chosen:
         tool = TOOLS[n]
         params = ", ".join(p for p in tool.parameters()["properties"])
-        lines.append(f"- {n}({params}): {tool.description}")
+        lines.append(f"- {n}({params}): {_scoped(tool.description, schemas)}")
         for p, note in tool.notes.items():
-            lines.append(f"    {p}: {note}")
+            lines.append(f"    {p}: {_scoped(note, schemas)}")
     return "\n".join(lines)

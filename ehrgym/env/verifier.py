@@ -55,6 +55,11 @@ def verify(task: Task, action: AnswerAction | None, scoring: str = "strict") -> 
     """Score ``action`` (None = the episode ended without an answer) on ``task``."""
     if scoring not in SCORINGS:
         raise ValueError(f"scoring must be one of {SCORINGS}, got {scoring!r}")
+    scorer = (task.meta or {}).get("scorer")
+    if scorer:  # an external benchmark's own answer comparison (ehrgym.external.scoring)
+        from ehrgym.external.scoring import ANSWER_SCORERS
+
+        return ANSWER_SCORERS.get(scorer)(task, action, scoring)
     expected = task.expected
     if action is None:
         return _verdict(False, False, "no_answer", "the episode ended without an answer", scoring)

@@ -381,3 +381,32 @@ def _dataset_composition(d: ReportData) -> Figure | None:
                      f"Noise questions per level · subtype, by intent ({source})")
         _legend(fig, len(intents), max_cols=3)
     return fig
+
+
+@report_figure("transfer", "Answer accuracy and RS(0) per system on the gym and external benchmarks")
+def _transfer(d: ReportData) -> Figure | None:
+    from ehrgym.external.metrics import transfer_frame
+
+    frame = transfer_frame(d.episodes)
+    if frame.empty:
+        return None
+    benchmarks = list(dict.fromkeys(frame["benchmark"]))
+    systems = sorted(frame["system"].unique())
+    panels = (("answer_accuracy", "Answer accuracy (%)"), ("RS(0)", "RS(0) (%)"))
+    with matplotlib.rc_context(STYLE):
+        fig = new_figure(max(5.0, 1.6 * len(benchmarks) * len(panels) + 1.5), 3.4)
+        axes = fig.subplots(1, len(panels))
+        width = 0.8 / max(1, len(systems))
+        x = np.arange(len(benchmarks))
+        for ax, (col, label) in zip(axes, panels):
+            for i, system in enumerate(systems):
+                sub = frame[frame["system"] == system].set_index("benchmark")
+                vals = np.array([100 * float(sub[col].get(b, np.nan)) for b in benchmarks])
+                bars = ax.bar(x + (i - (len(systems) - 1) / 2) * width, np.nan_to_num(vals), width,
+                              color=f"C{i % 10}", label=system if ax is axes[0] else "_nolegend_")
+                _bar_labels(ax, bars, vals, np.nan_to_num(vals))
+            ax.set_xticks(x, benchmarks)
+            _percent_axis(ax, label)
+        fig.suptitle("Transfer: the same systems on the gym and external benchmarks")
+        _legend(fig, len(systems))
+    return fig

@@ -323,3 +323,15 @@ def _dataset_complexity(d: ReportData) -> pd.DataFrame | None:
              "min": int(c.min()), "max": int(c.max()),
              "clean_mean": float(ds[ds["variant"] == "clean"]["complexity"].mean())}
     return pd.concat([out, pd.DataFrame([total])], ignore_index=True)
+
+
+@report_table("transfer", "Transfer: the gym and external benchmarks per system — RS(c) (the EHRSQL official metric; "
+              "+1 correct or abstained on unanswerable, 0 abstained on answerable, −c wrong), answer accuracy on "
+              "answerable questions, abstention precision/recall (%, mean over trials)",
+              percent=("RS(0)", "RS(5)", "RS(10)", "RS(N)", "answer_accuracy", "abstention_precision",
+                       "abstention_recall"))
+def _transfer(d: ReportData) -> pd.DataFrame | None:
+    from ehrgym.external.metrics import transfer_frame
+
+    frame = transfer_frame(d.episodes)
+    return None if frame.empty else frame   # gym-only runs: the gym row(s), to set external runs against
