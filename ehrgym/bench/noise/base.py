@@ -50,6 +50,7 @@ class InjectContext:
     rng: np.random.Generator
     base: str = "base"
     max_ids: dict[tuple[str, str], int] = field(default_factory=dict)  # shared cache across contexts
+    paraphrase: int = 0  # index of the paraphrase both twins are written in
 
     @property
     def evidence(self):
