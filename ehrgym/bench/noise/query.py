@@ -20,6 +20,7 @@ the same template, with only the wrong part changed, and that part chosen like a
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections import Counter
 from typing import Any
 
@@ -142,6 +143,11 @@ class FalsePremise(Injector):
                          "abstain", "false_premise", params=params)
 
 
+def counts(template) -> bool:
+    """A count question: on an empty window its answer is zero, so it presupposes no event."""
+    return template.answer.type == "integer" and re.search(r"\bcount\s*\(", template.gold_sql, re.I) is not None
+
+
 # how far from the real record a wrong window is put (days): ending that long before the first
 # admission, or starting that long after the last discharge
 BEFORE_DAYS: tuple[int, ...] = (7, 3, 14, 10, 30, 5)
@@ -155,7 +161,7 @@ class TemporalMismatch(Injector):
     description = "the question's time window lies outside the record"
 
     def fits(self, template) -> bool:
-        return template.time_window is not None
+        return template.time_window is not None and not counts(template)
 
     def _no_answer(self, ctx: InjectContext, params: dict[str, Any]) -> bool:
         """The gold SQL on these parameters has no answer: the question presupposes an event."""

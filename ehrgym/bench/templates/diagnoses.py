@@ -406,7 +406,7 @@ SELECT long_title FROM per_title WHERE n = (SELECT max(n) FROM per_title) ORDER 
         sampler_sql=YEAR_TITLE_SAMPLER.format(lo=2, extra=""),
         gold_sql="SELECT count(*)\nFROM {diagnoses_icd} e" + COHORT_DX_FILTER,
         answer=COUNT, evidence=DX_COHORT_EVIDENCE,
-        noise=("duplicate_records", "temporal_mismatch", "lexical_variation", "out_of_scope"),
+        noise=("duplicate_records", "lexical_variation", "out_of_scope"),
         lexical="title", time_window=YEAR_WINDOW, description="number of admissions with a diagnosis in a year",
     ),
     DiagnosisTemplate(

@@ -481,7 +481,7 @@ WHERE e.medication = {drug} AND e.event_txt = 'Administered' AND extract(year FR
         answer=COUNT,
         evidence=Evidence(**{**EMAR_DOSES, "where": "e.medication = {drug} AND e.event_txt = 'Administered' AND "
                                                     + ADM_IN_YEAR}, join=ADM_JOIN),
-        noise=("duplicate_records", "out_of_window", "temporal_mismatch", "lexical_variation", "out_of_scope"),
+        noise=("duplicate_records", "out_of_window", "lexical_variation", "out_of_scope"),
         lexical="drug", time_window=YEAR_WINDOW, description="number of eMAR administrations of a drug in a year",
     ),
     MedicationTemplate(
