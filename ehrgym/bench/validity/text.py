@@ -11,7 +11,7 @@ benchmark keeps every accuracy near its chance level:
 * ``clean_vs_noise_query``: the same, trained and tested on query-level pairs only (the noise
   lives in the question there, so this is the sharp test);
 * ``answer_vs_abstain``: noisy questions only, label the expected outcome (chance: the majority
-  rate, i.e. always predicting the training split's majority outcome).
+  rate, the share of the test split's more frequent outcome).
 
 ``text_validity(tasks)`` returns all three with their test sizes and, for the two clean/noisy
 probes, the accuracy on each subtype's pairs. Deterministic: same tasks, same numbers.
@@ -177,10 +177,10 @@ def _answer_vs_abstain(tasks: list[Task]) -> dict[str, Any]:
         return out
     y_train = [int(t.expected.is_abstain) for t in train]
     y_test = np.array([int(t.expected.is_abstain) for t in test])
-    majority_class = int(sum(y_train) * 2 >= len(y_train))
-    out["majority"] = round(float((y_test == majority_class).mean()), 4)
+    share = float(y_test.mean())
+    out["majority"] = round(max(share, 1.0 - share), 4)  # the test split's majority-outcome rate
     if len(set(y_train)) < 2:
-        out["accuracy"] = out["majority"]
+        out["accuracy"] = round(float((y_test == y_train[0]).mean()), 4)
         return out
     model = fit_probe([t.question for t in train], y_train, [t.pair_id for t in train])
     out["accuracy"] = round(float((model.predict([t.question for t in test]) == y_test).mean()), 4)
