@@ -58,10 +58,10 @@ def _pairs(tasks, subtype):
 
 
 # The targets: overall <= 0.55, query-level <= 0.60, answer-vs-abstain within 5 points of
-# the majority rate. The guards below sit between today's numbers on this build (overall 0.53,
-# query-level 0.65, answer-vs-abstain majority + 0.08) and the numbers before the query-level noise
-# was rewritten (0.55, 0.72, majority + 0.12), so the old shortcuts fail them; the targets not yet
-# met are strict xfails, which fail (and must be promoted) as soon as they pass.
+# the majority rate. On this build today: overall 0.55, query-level 0.64, answer-vs-abstain
+# majority + 0.07; before the query-level noise was rewritten: 0.55, 0.72, majority + 0.12. The
+# guards below fail on the old shortcuts; the targets not yet met are strict xfails, which fail
+# (and must be promoted to plain tests) as soon as they pass.
 
 
 def test_question_text_does_not_reveal_the_variant(validity):

@@ -15,16 +15,14 @@ asks for one of these about the clean question's own entity and topic:
   entity, written in the vocabulary of that intent's clean questions.
 
 Every phrase below was written for this purpose and reviewed for whether the schema could hold
-it (e.g. no "family history of X": ICD has codes for that; no "outpatient X": labevents holds
-outpatient results).
+it: no family history or smoking status (ICD has codes for those), no "outpatient X" (labevents
+holds outpatient results), no later lab or vital sign (labevents and omr hold outpatient values).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-
-from ehrgym.bench.noise.lexicon import clinical_case
 
 # ---------------------------------------------------------------- qualified names and related things
 
@@ -84,10 +82,9 @@ SWAPS: dict[str, Swap] = {
               "{x} the patient declined"),
     ),
     "diagnosis": Swap(
-        qualifiers=("parental", "maternal", "paternal", "sibling", "grandparent") + REPORTED[:4] + ELSEWHERE
-        + LATER + ("radiology reported",),
-        post=("{x} mentioned only in the discharge summary", "{x} in a first-degree relative",
-              "{x} that the attending suspected", "{x} diagnosed at the follow-up visit",
+        qualifiers=REPORTED[:5] + ELSEWHERE + LATER + ("radiology reported", "imaging suggested"),
+        post=("{x} mentioned only in the discharge summary", "{x} that the attending suspected",
+              "{x} diagnosed at the follow-up visit",
               "a condition seen on the chest CT", "the admitting physician's working diagnosis"),
     ),
     "procedure": Swap(
@@ -145,12 +142,12 @@ def ends_clause(paraphrase: str, param: str) -> bool:
 
 
 def swap_phrases(kind: str, name: str, at_clause_end: bool) -> list[str]:
-    """Unrecordable phrases replacing the name ``name`` of kind ``kind`` (deterministic order)."""
+    """Unrecordable phrases replacing the name ``name`` of kind ``kind`` (deterministic order); the
+    name keeps the spelling the clean question shows, so only the qualifier differs."""
     swap = SWAPS[kind]
-    shown = clinical_case(name)
-    out = [f"{q} {shown}" for q in swap.qualifiers] + list(swap.related)
+    out = [f"{q} {name}" for q in swap.qualifiers] + list(swap.related)
     if at_clause_end:
-        out += [p.format(x=shown) for p in swap.post]
+        out += [p.format(x=name) for p in swap.post]
     return out
 
 
@@ -161,7 +158,7 @@ def swap_phrases(kind: str, name: str, at_clause_end: bool) -> list[str]:
 FRAMES: dict[tuple[str, str], tuple[str, ...]] = {
     ("encounters", "patient"): (
         "How many days did patient {subject_id} spend in a rehabilitation facility after admission {hadm_id}?",
-        "What was patient {subject_id}'s living situation before hospital admission {hadm_id}?",
+        "How many hours a week did patient {subject_id} exercise before hospital admission {hadm_id}?",
         "Why did the team move patient {subject_id} to another care unit during admission {hadm_id}?",
         "How many weeks after admission {hadm_id} did patient {subject_id} return to work?",
         "What follow-up plan did the discharge summary of admission {hadm_id} give for patient {subject_id}?",
@@ -172,10 +169,10 @@ FRAMES: dict[tuple[str, str], tuple[str, ...]] = {
         "How many days did ICU stay {stay_id} of patient {subject_id} last according to the patient's own diary?",
     ),
     ("encounters", "population"): (
-        "What percentage of admissions that began in {year} were of patients living alone?",
+        "What was the mean number of hours a week patients admitted in {year} spent exercising?",
         "Among admissions starting in {year}, what was the mean number of weeks until patients returned to work?",
         "What share (%) of ICU stays that began in {year} were followed by a stay in a rehabilitation facility?",
-        "How many admissions that began in {year} were of current smokers?",
+        "How many cigarettes a day did patients admitted in {year} smoke on average?",
         "What was the mean distance (km) patients admitted in {year} travelled to the hospital?",
         "Which care unit did the most patients admitted in {year} describe as their preferred one?",
     ),
@@ -185,13 +182,12 @@ FRAMES: dict[tuple[str, str], tuple[str, ...]] = {
         "Which diagnosis was patient {subject_id} given at the follow-up visit after admission {hadm_id}?",
         "Why did the team decide against surgery for patient {subject_id} during admission {hadm_id}?",
         "What ejection fraction did the echocardiogram of patient {subject_id} report in admission {hadm_id}?",
-        "Patient {subject_id}, admission {hadm_id}: which conditions did the patient's parents have?",
         "How many pack-years had patient {subject_id} smoked before hospital admission {hadm_id}?",
     ),
     ("diagnoses", "population"): (
         "Which diagnosis did admitting physicians suspect most often in admissions that began in {year}?",
         "What was the most common finding on chest X-rays of admissions that began in {year}?",
-        "Among admissions of {year}, what percentage of patients had a parent with the same diagnosis?",
+        "Among admissions of {year}, which diagnosis did the radiology reports suggest most often?",
         "What was the mean number of pack-years smoked by patients admitted in {year}?",
     ),
     ("medications", "patient"): (
