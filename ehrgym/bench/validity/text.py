@@ -11,9 +11,10 @@ benchmark keeps every accuracy near its chance level:
 * ``clean_vs_noise_query``: the same, trained and tested on query-level pairs only (the noise
   lives in the question there, so this is the sharp test);
 * ``answer_vs_abstain``: noisy questions only, label the expected outcome (chance: the majority
-  rate, the share of the test split's more frequent outcome).
+  rate, the share of the test split's more frequent outcome); ``answer_vs_abstain_query`` the
+  same on query-level pairs only (lexical variation is answered, the other four abstained on).
 
-``text_validity(tasks)`` returns all three with their test sizes and, for the two clean/noisy
+``text_validity(tasks)`` returns all four with their test sizes and, for the two clean/noisy
 probes, the accuracy on each subtype's pairs. Deterministic: same tasks, same numbers.
 """
 
@@ -167,8 +168,8 @@ def _clean_vs_noise(tasks: list[Task], keep: Callable[[str], bool]) -> dict[str,
     return out
 
 
-def _answer_vs_abstain(tasks: list[Task]) -> dict[str, Any]:
-    noisy = [t for t in tasks if t.variant == "noise"]
+def _answer_vs_abstain(tasks: list[Task], keep: Callable[[str], bool]) -> dict[str, Any]:
+    noisy = [t for t in tasks if t.variant == "noise" and keep(t.noise.subtype)]
     train = [t for t in noisy if t.split == "train"]
     test = [t for t in noisy if t.split == "test"]
     out: dict[str, Any] = {"n_train": len(train), "n_test": len(test)}
@@ -188,12 +189,13 @@ def _answer_vs_abstain(tasks: list[Task]) -> dict[str, Any]:
 
 
 def text_validity(tasks: Iterable[Task]) -> dict[str, Any]:
-    """The three text-shortcut probes on a built benchmark's tasks (see the module docstring)."""
+    """The four text-shortcut probes on a built benchmark's tasks (see the module docstring)."""
     from ehrgym.vocab import NOISE_SUBTYPES
 
     tasks = sorted(tasks, key=lambda t: t.task_id)
     return {
         "clean_vs_noise": _clean_vs_noise(tasks, lambda s: bool(s)),
         "clean_vs_noise_query": _clean_vs_noise(tasks, lambda s: NOISE_SUBTYPES.get(s) == "query"),
-        "answer_vs_abstain": _answer_vs_abstain(tasks),
+        "answer_vs_abstain": _answer_vs_abstain(tasks, lambda s: True),
+        "answer_vs_abstain_query": _answer_vs_abstain(tasks, lambda s: NOISE_SUBTYPES.get(s) == "query"),
     }
