@@ -71,24 +71,47 @@ class NonexistentEntity(Injector):
         return None
 
 
-# per (connection, template, parameter): how often each value occurs among the template's sampled
-# entities — the distribution clean questions draw that parameter from. The connection object is
-# kept with its entry, so an id() can never be reused for another database while cached.
-_FREQUENCY: dict[tuple[int, str, str], tuple[Any, Counter]] = {}
+# per (connection, template, what): the template's sampled entities, and how often each value of a
+# parameter occurs among them — the distribution clean questions draw that parameter from. The
+# connection object is kept with its entry, so an id() can never be reused for another database
+# while cached.
+_FREQUENCY: dict[tuple[Any, ...], tuple[Any, Any]] = {}
+
+
+def _cached(ctx: InjectContext, key: tuple[str, ...], compute):
+    full = (id(ctx.con), ctx.template.id) + key
+    hit = _FREQUENCY.get(full)
+    if hit is not None and hit[0] is ctx.con:
+        return hit[1]
+    value = compute()
+    if len(_FREQUENCY) > 512:
+        _FREQUENCY.clear()
+    _FREQUENCY[full] = (ctx.con, value)
+    return value
 
 
 def value_frequency(ctx: InjectContext, param: str) -> Counter:
     """How many of the template's candidate entities have each value of ``param`` (cached)."""
-    key = (id(ctx.con), ctx.template.id, param)
-    hit = _FREQUENCY.get(key)
-    if hit is not None and hit[0] is ctx.con:
-        return hit[1]
-    rows = ctx.query(f"SELECT s.{param}, count(*) FROM ({ctx.template.sampler_sql}) s GROUP BY 1")
-    freq = Counter({v: int(n) for v, n in rows if v is not None})
-    if len(_FREQUENCY) > 512:
-        _FREQUENCY.clear()
-    _FREQUENCY[key] = (ctx.con, freq)
-    return freq
+    def compute() -> Counter:
+        rows = ctx.query(f"SELECT s.{param}, count(*) FROM ({ctx.template.sampler_sql}) s GROUP BY 1")
+        return Counter({v: int(n) for v, n in rows if v is not None})
+
+    return _cached(ctx, ("frequency", param), compute)
+
+
+def sampled_values(ctx: InjectContext, param: str) -> set[Any]:
+    """Values of ``param`` that candidate entities agreeing with this one on every other sampled
+    parameter take (e.g. the years in which this cohort has data), from the cached sampler rows."""
+    def compute() -> tuple[list[str], list[tuple[Any, ...]]]:
+        cur = ctx.con.execute(ctx.template.sampler_sql)
+        return [d[0] for d in cur.description], cur.fetchall()
+
+    names, rows = _cached(ctx, ("rows",), compute)
+    if param not in names:
+        return set()
+    others = [(i, ctx.params[n]) for i, n in enumerate(names) if n != param and n in ctx.params]
+    at = names.index(param)
+    return {r[at] for r in rows if all(r[i] == v for i, v in others)}
 
 
 def _icd_codes(ctx: InjectContext, titles: list[str]) -> dict[str, str]:
@@ -152,7 +175,8 @@ def counts(template) -> bool:
 # admission, or starting that long after the last discharge
 BEFORE_DAYS: tuple[int, ...] = (7, 3, 14, 10, 30, 5)
 AFTER_DAYS: tuple[int, ...] = (30, 90, 180, 14, 365, 60)
-MAX_TRIES = 10
+MAX_TRIES = 10  # candidate windows checked against the gold SQL
+YEAR_TRIES = 4  # candidate years (already filtered by the sampler) checked against the gold SQL
 
 
 @register_injector
@@ -177,11 +201,13 @@ class TemporalMismatch(Injector):
         params = dict(ctx.params)
         if tw.year:
             old = int(ctx.params[tw.year])
-            inside = [y for y in range(first.year, last.year + 1) if y != old]
+            # years in which the sampler finds this cohort are not tried (they hold data)
+            known = {int(y) for y in sampled_values(ctx, tw.year) if y is not None}
+            inside = [y for y in range(first.year, last.year + 1) if y != old and y not in known]
             jitter = ctx.rng.random(len(inside))
             order = [y for _, _, y in sorted(zip([abs(y - old) for y in inside], jitter, inside))]
             order += [first.year - 1, last.year + 1]  # the years just outside, if no year inside is empty
-            for new_year in order[:MAX_TRIES]:
+            for new_year in order[:YEAR_TRIES]:
                 params[tw.year] = new_year
                 if self._no_answer(ctx, params):
                     edit = _edit("time_window", tw.year, old, new_year)
