@@ -206,7 +206,8 @@ class Builder:
         paraphrase = int(rng.integers(0, len(t.paraphrases)))
         with _Clock(self.stats, "verification"):
             self.verifier.clean()
-            ctx = InjectContext(self.verifier.con, t, dict(c.params), clean_value, rng, max_ids=self.max_ids)
+            ctx = InjectContext(self.verifier.con, t, dict(c.params), clean_value, rng, max_ids=self.max_ids,
+                               paraphrase=paraphrase)
             try:
                 inj = INJECTORS[subtype].inject(ctx)
             except Exception as exc:  # noqa: BLE001

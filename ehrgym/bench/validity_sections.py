@@ -46,3 +46,19 @@ def trap_margins(ctx: ValidityContext) -> dict[str, Any]:
     md += [f"| {k} | {r['pairs']} | {r['min']} | {r['median']} |" for k, r in rows.items()]
     return {"minimum": {k: {"relative": m.relative, "absolute": m.absolute, "unit": m.unit, "why": m.why}
                         for k, m in TRAP_MARGINS.items()}, "by_subtype_answer_type": rows, "markdown": md}
+
+
+@validity_section("text_classifier")
+def text_classifier(ctx: ValidityContext) -> dict[str, Any]:
+    """Accuracy of a question-text-only classifier (word and character n-grams, logistic regression,
+    train split → test split): clean vs noisy twin, and answer vs abstain, against the majority rate."""
+    from ehrgym.bench.validity.text import text_validity
+
+    report = text_validity(ctx.tasks)
+    md = ["A classifier that reads only the question text, trained on the train split and scored on the test "
+          "split (chance 0.5 for clean vs noisy; the majority rate for answer vs abstain).", "",
+          "| probe | accuracy | majority | test questions |", "|---|---|---|---|"]
+    for name, r in report.items():
+        if isinstance(r, dict) and "accuracy" in r:
+            md.append(f"| {name} | {r.get('accuracy')} | {r.get('majority', r.get('chance'))} | {r.get('n_test', '')} |")
+    return {**report, "markdown": md}

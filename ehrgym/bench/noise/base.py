@@ -54,6 +54,7 @@ class InjectContext:
     rng: np.random.Generator
     base: str = "base"
     max_ids: dict[tuple[str, ...], Any] = field(default_factory=dict)  # id facts cached across contexts
+    paraphrase: int = 0  # index of the paraphrase both twins are written in
 
     @property
     def evidence(self):

@@ -1,9 +1,12 @@
-"""Misspellings and abbreviations a person would actually write, for lexical variation.
+"""How clinicians write the names a question mentions: abbreviations, synonyms, brand names, typos.
 
-``variants(name)`` lists curated variants (abbreviations clinicians use, common misspellings)
-for a known name, falling back to keyboard-typo forms (a dropped doubled letter, two adjacent
-letters swapped, a dropped vowel) for any other name. Other intents add their names (drugs,
-diagnoses, organisms) to ``LEXICON`` through :func:`add_variants`.
+``variants(name)`` lists curated forms of a database name first — the abbreviations, synonyms and
+brand names clinicians use ("Hgb", "K", "BUN", "CHF", "Lasix", "vanc", "E. coli", "MICU") and the
+misspellings they make — then keyboard-typo forms of its longest clinical word. Database codes
+(admission types such as ``EW EMER.``) get only their curated clinical phrasings ("emergency
+admission"): nobody types a misspelled internal code. Every curated form below was reviewed for
+being in real clinical use for exactly that name; template modules add the names they sample
+(drugs, diagnoses, organisms) through :func:`add_variants`.
 """
 
 from __future__ import annotations
@@ -19,74 +22,118 @@ def add_variants(name: str, *forms: str) -> None:
 
 
 for _name, _forms in {
-    # labs
-    "Creatinine": ("creatinin", "creatnine", "Cr"),
-    "Hemoglobin": ("hemoglobine", "haemoglobin", "Hgb", "Hb"),
-    "Urea Nitrogen": ("BUN", "blood urea nitrogen", "urea nitrogren"),
-    "Glucose": ("glucoze", "glucos", "blood sugar"),
-    "Potassium": ("potasium", "K+", "potassum"),
-    "Sodium": ("sodum", "Na+", "soduim"),
-    "Chloride": ("chlorid", "Cl-"),
-    "Bicarbonate": ("bicarb", "HCO3", "bicarbonat"),
-    "White Blood Cells": ("WBC", "white cell count", "white blood cell"),
-    "Platelet Count": ("platelets", "PLT", "platelet cnt"),
-    "Hematocrit": ("Hct", "haematocrit", "hematocrite"),
-    "Lactate": ("lactat", "lactic acid", "lacate"),
-    "Magnesium": ("magnesum", "Mg", "magnesiun"),
-    "Phosphate": ("phosphorus", "phosphat", "PO4"),
-    "Albumin": ("albumine", "albumen"),
-    "Troponin T": ("trop T", "troponine T", "TnT"),
-    "Anion Gap": ("aniongap", "AG"),
+    # labs (MIMIC-IV d_labitems labels)
+    "Creatinine": ("Cr", "creat", "serum creatinine", "creatinin", "creatnine"),
+    "Hemoglobin": ("Hgb", "Hb", "haemoglobin", "hemoglobine", "hemoglbin"),
+    "Urea Nitrogen": ("BUN", "blood urea nitrogen", "urea", "urea nitrogren"),
+    "Glucose": ("blood glucose", "blood sugar", "glucoze", "glucos"),
+    "Potassium": ("K", "K+", "serum potassium", "potasium", "potassum"),
+    "Sodium": ("Na", "Na+", "serum sodium", "sodum", "soduim"),
+    "Chloride": ("Cl", "serum chloride", "chlorid"),
+    "Bicarbonate": ("bicarb", "HCO3", "serum bicarbonate", "bicarbonat"),
+    "White Blood Cells": ("WBC", "white count", "white cell count", "leukocytes", "white blood cell"),
+    "Platelet Count": ("platelets", "plt", "PLT count", "platelet cnt", "platlets"),
+    "Hematocrit": ("Hct", "crit", "haematocrit", "hematocrite"),
+    "Lactate": ("lactic acid", "lactate level", "lactat", "lacate"),
+    "Magnesium": ("Mg", "mag", "serum magnesium", "magnesum"),
+    "Phosphate": ("phos", "phosphorus", "PO4", "phosphat"),
+    "Albumin": ("alb", "serum albumin", "albumine"),
+    "Troponin T": ("trop T", "TnT", "troponin", "trop", "troponine T"),
+    "Anion Gap": ("AG", "gap", "aniongap"),
     "Alanine Aminotransferase (ALT)": ("ALT", "SGPT", "alanine transaminase"),
-    "Asparate Aminotransferase (AST)": ("AST", "SGOT", "aspartate transaminase"),
-    "Alkaline Phosphatase": ("alk phos", "ALP", "alkaline phosphatse"),
-    "Bilirubin, Total": ("total bili", "T bili", "bilirubin totl"),
-    "INR(PT)": ("INR", "inr pt"),
+    "Asparate Aminotransferase (AST)": ("AST", "SGOT", "aspartate aminotransferase", "aspartate transaminase"),
+    "Alkaline Phosphatase": ("alk phos", "ALP", "alkaline phos", "alkaline phosphatse"),
+    "Bilirubin, Total": ("T bili", "total bili", "bili", "total bilirubin", "bilirubin totl"),
+    "INR(PT)": ("INR", "PT/INR"),
+    "PT": ("prothrombin time", "pro time"),
+    "PTT": ("aPTT", "partial thromboplastin time"),
     "C-Reactive Protein": ("CRP", "c reactive protien"),
-    "NTproBNP": ("NT-proBNP", "pro-BNP", "NT pro BNP"),
-    "Calcium, Total": ("calcium", "Ca", "calcuim"),
-    "pH": ("PH", "blood pH"),
-    "pO2": ("PaO2", "po2"),
-    "pCO2": ("PaCO2", "pco2"),
+    "NTproBNP": ("NT-proBNP", "proBNP", "NT pro BNP"),
+    "Calcium, Total": ("Ca", "calcium", "serum calcium", "calcuim"),
+    "pH": ("arterial pH", "blood pH", "ABG pH"),
+    "pO2": ("PaO2", "arterial pO2", "PO2"),
+    "pCO2": ("PaCO2", "arterial pCO2", "PCO2"),
     "Base Excess": ("BE", "base excees"),
-    "Neutrophils": ("neutrophil %", "neutrophills", "PMN"),
+    "Neutrophils": ("neuts", "PMN", "neutrophil %", "neutrophills"),
     "Lymphocytes": ("lymphs", "lymphocyte %", "lymphocites"),
-    "MCV": ("mean corpuscular volume", "mcv"),
-    "PTT": ("aPTT", "ptt"),
-    "Red Blood Cells": ("RBC", "red cell count"),
-    # vitals
-    "Heart Rate": ("HR", "pulse", "heart-rate"),
-    "Respiratory Rate": ("RR", "resp rate", "respiratory rat"),
-    "O2 saturation pulseoxymetry": ("SpO2", "O2 sat", "pulse ox"),
-    "Temperature Fahrenheit": ("temp (F)", "temprature fahrenheit", "temperature F"),
-    "Temperature Celsius": ("temp (C)", "temprature celsius", "temperature C"),
-    "Non Invasive Blood Pressure systolic": ("NIBP systolic", "systolic BP", "non-invasive SBP"),
-    "Non Invasive Blood Pressure diastolic": ("NIBP diastolic", "diastolic BP"),
-    "Non Invasive Blood Pressure mean": ("NIBP mean", "MAP (non invasive)"),
-    "Arterial Blood Pressure systolic": ("ABP systolic", "arterial SBP", "art line systolic"),
-    "Arterial Blood Pressure mean": ("ABP mean", "arterial MAP"),
-    "Foley": ("foley catheter", "folley", "urine (Foley)"),
-    "Void": ("voided urine", "voids"),
-    # care units / encounter vocabulary
-    "Medical Intensive Care Unit (MICU)": ("MICU", "medical ICU", "Medical Intensive Care Unit"),
+    "Bands": ("bandemia", "band forms", "band %"),
+    "MCV": ("mean corpuscular volume", "mean cell volume"),
+    "Red Blood Cells": ("RBC", "RBC count", "red cell count"),
+    "Creatine Kinase (CK)": ("CK", "CPK", "creatine phosphokinase"),
+    "Lactate Dehydrogenase (LD)": ("LDH", "LD", "lactate dehydrogenase"),
+    "Amylase": ("serum amylase", "amylse"),
+    "Protein, Total": ("total protein", "TP"),
+    "Fibrinogen, Functional": ("fibrinogen", "fibrinogin"),
+    # vitals and ICU monitoring (d_items labels)
+    "Heart Rate": ("HR", "pulse", "heart-rate", "pulse rate"),
+    "Respiratory Rate": ("RR", "resp rate", "respirations", "respiratory rat"),
+    "Respiratory Rate (Total)": ("total RR", "total resp rate"),
+    "O2 saturation pulseoxymetry": ("SpO2", "O2 sat", "sats", "pulse ox", "oxygen saturation"),
+    "Temperature Fahrenheit": ("temp (F)", "temperature F", "temp F", "temprature fahrenheit"),
+    "Temperature Celsius": ("temp (C)", "temperature C", "temp C", "temprature celsius"),
+    "Non Invasive Blood Pressure systolic": ("NIBP systolic", "cuff systolic", "non-invasive SBP", "noninvasive systolic BP"),
+    "Non Invasive Blood Pressure diastolic": ("NIBP diastolic", "cuff diastolic", "non-invasive DBP"),
+    "Non Invasive Blood Pressure mean": ("NIBP mean", "cuff MAP", "non-invasive MAP"),
+    "Arterial Blood Pressure systolic": ("art line SBP", "arterial SBP", "ABP systolic", "a-line systolic"),
+    "Arterial Blood Pressure diastolic": ("art line DBP", "arterial DBP", "ABP diastolic"),
+    "Arterial Blood Pressure mean": ("art line MAP", "arterial MAP", "ABP mean", "a-line MAP"),
+    "Inspired O2 Fraction": ("FiO2", "fraction of inspired oxygen"),
+    "PEEP set": ("PEEP", "set PEEP"),
+    "Daily Weight": ("daily wt", "daily body weight"),
+    "Foley": ("Foley catheter", "indwelling catheter", "foley cath", "folley"),
+    "Void": ("voided urine", "voids", "spontaneous void"),
+    # ICU drips (inputevents labels)
+    "Dextrose 5%": ("D5W", "D5"),
+    "NaCl 0.9%": ("normal saline", "NS", "0.9% saline"),
+    # care units
+    "Medical Intensive Care Unit (MICU)": ("MICU", "medical ICU", "the MICU"),
     "Surgical Intensive Care Unit (SICU)": ("SICU", "surgical ICU"),
-    "Cardiac Vascular Intensive Care Unit (CVICU)": ("CVICU", "cardiac surgery ICU"),
-    "Medical/Surgical Intensive Care Unit (MICU/SICU)": ("MICU/SICU", "med/surg ICU"),
-    "Coronary Care Unit (CCU)": ("CCU", "coronary care"),
+    "Cardiac Vascular Intensive Care Unit (CVICU)": ("CVICU", "cardiac surgery ICU", "CSRU"),
+    "Medical/Surgical Intensive Care Unit (MICU/SICU)": ("MICU/SICU", "med/surg ICU", "mixed ICU"),
+    "Coronary Care Unit (CCU)": ("CCU", "cardiac ICU", "coronary care"),
     "Trauma SICU (TSICU)": ("TSICU", "trauma ICU"),
-    "Neuro Surgical Intensive Care Unit (Neuro SICU)": ("Neuro SICU", "neurosurgical ICU"),
-    "Emergency Department": ("ED", "emergency dept", "emergency room"),
-    "EW EMER.": ("emergency", "EW EMERG", "ew emer"),
-    "URGENT": ("urgnet", "urgent admission"),
-    "ELECTIVE": ("elective admission", "electiv"),
-    "OBSERVATION ADMIT": ("observation", "obs admit"),
-    "SURGICAL SAME DAY ADMISSION": ("same day surgery", "surgical same-day"),
-    "DIRECT EMER.": ("direct emergency", "direct emer"),
-    "EU OBSERVATION": ("EU obs", "eu observaton"),
-    "DIRECT OBSERVATION": ("direct obs", "direct observaton"),
-    "AMBULATORY OBSERVATION": ("ambulatory obs", "ambulatory observaton"),
+    "Neuro Surgical Intensive Care Unit (Neuro SICU)": ("Neuro SICU", "neurosurgical ICU", "neuro ICU"),
+    "Neuro Intermediate": ("neuro step-down", "neuro IMU"),
+    "Emergency Department": ("ED", "ER", "emergency room", "emergency dept"),
+    # admission types (database codes: clinical phrasings only)
+    "EW EMER.": ("emergency", "ED", "emergency-department"),
+    "URGENT": ("urgent (non-elective)", "urgent-type"),
+    "ELECTIVE": ("planned", "scheduled"),
+    "OBSERVATION ADMIT": ("observation", "obs"),
+    "SURGICAL SAME DAY ADMISSION": ("same-day surgery", "day-surgery", "same-day surgical"),
+    "DIRECT EMER.": ("direct emergency", "direct-emergency"),
+    "EU OBSERVATION": ("ED observation", "emergency-unit observation"),
+    "DIRECT OBSERVATION": ("direct obs", "direct-observation"),
+    "AMBULATORY OBSERVATION": ("ambulatory obs", "outpatient observation"),
 }.items():
     add_variants(_name, *_forms)
+
+# database codes: only their curated clinical phrasings are variants, never typos of the code
+CODES: frozenset[str] = frozenset(n.casefold() for n in (
+    "EW EMER.", "URGENT", "ELECTIVE", "OBSERVATION ADMIT", "SURGICAL SAME DAY ADMISSION", "DIRECT EMER.",
+    "EU OBSERVATION", "DIRECT OBSERVATION", "AMBULATORY OBSERVATION", "HCFA", "APR"))
+
+
+def clinical_case(name: str) -> str:
+    """A name as a clinician writes it: all-caps words of a database string lowered ("BLOOD
+    CULTURE" → "blood culture") and tall-man lettering undone ("CefTRIAXone" → "ceftriaxone");
+    abbreviations of up to four letters ("MICU", "ALT") kept."""
+
+    letters = [c for c in name if c.isalpha()]
+    if len(letters) > 4 and all(c.isupper() for c in letters):
+        return name.lower()
+
+    def word(m: re.Match) -> str:
+        w = m.group(0)
+        return w.lower() if re.search(r"[A-Z]{2}", w) and re.search(r"[a-z]", w) else w
+
+    return re.sub(r"[A-Za-z]+", word, name)
+
+
+def is_code(name: str) -> bool:
+    """A database code rather than a clinical name (an admission type, an abbreviation with a dot)."""
+    return name.casefold() in CODES or bool(re.fullmatch(r"[A-Z0-9 /&-]*[A-Z]\.", name.strip()))
+
 
 _VOWELS = "aeiou"
 
@@ -111,6 +158,16 @@ def typo_variants(name: str) -> list[str]:
 
 
 def variants(name: str) -> list[str]:
-    """Curated variants first, then typo forms; never ``name`` itself (case-insensitively)."""
+    """Curated forms first, then typo forms of the longest clinical word (none for database codes);
+    never ``name`` itself (case-insensitively)."""
     curated = [v for v in LEXICON.get(name.casefold(), ()) if v.casefold() != name.casefold()]
-    return curated + [v for v in typo_variants(name) if v not in curated]
+    if is_code(name):
+        return curated
+    shown = clinical_case(name)
+    words = [w for w in re.findall(r"[A-Za-z]+", shown) if len(w) >= 5]
+    typos: list[str] = []
+    if words:
+        word = max(words, key=len)
+        i = shown.find(word)
+        typos = [shown[:i] + t + shown[i + len(word):] for t in typo_variants(word)]
+    return curated + [v for v in typos if v not in curated and v.casefold() != name.casefold()]

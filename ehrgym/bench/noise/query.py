@@ -1,40 +1,43 @@
 """Query-level noise: the question itself is wrong (no such patient, no such event, wrong time,
-a misspelled name, or a question no EHR table can answer)."""
+a name written as clinicians write it, or a question no EHR table can answer).
+
+Every noisy question is drawn from the clean questions' own distribution: the same paraphrase of
+the same template, with only the wrong part changed, and that part chosen like a clean value —
+
+* ``false_premise``: a name the entity never had, of the same group as the true one (lab panel,
+  drug class, Gram stain, ICD chapter) and weighted by how often it occurs in clean questions of
+  the template (:mod:`ehrgym.bench.noise.similar`);
+* ``temporal_mismatch``: a window inside the database's years and next to the entity's real
+  record (days before the admission, months after the discharge, the nearest year without the
+  cohort), written like a clean window; only where the question presupposes an event, i.e. the
+  gold SQL on that window has no answer (a count of zero is an answer, not a false premise);
+* ``lexical_variation``: an abbreviation, brand name or typo clinicians use for the name
+  (:mod:`ehrgym.bench.noise.lexicon`), never a typo of a database code;
+* ``out_of_scope``: the clean question about the same entity and topic, asking for something
+  the schema cannot hold (:mod:`ehrgym.bench.noise.scope`).
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+import re
+from collections import Counter
+from typing import Any
 
+import numpy as np
+
+from ehrgym.bench.answers import gold_from_rows
 from ehrgym.bench.noise.base import InjectContext, Injection, Injector, register_injector
+from ehrgym.bench.noise.cleaning import plain_relation
 from ehrgym.bench.noise.lexicon import variants
+from ehrgym.bench.noise.scope import FRAMES, ends_clause, slot_kind, swap_phrases
+from ehrgym.bench.noise.similar import group_of
 from ehrgym.bench.noise.values import parse_stamp
-from ehrgym.bench.sqlrender import placeholders, render_sql, render_text, text_value
+from ehrgym.bench.sqlrender import placeholders, render_sql, render_text, sql_value, text_value
 from ehrgym.db.schema import table_spec
 
 ENTITY_TABLES: dict[str, str] = {"subject_id": "patients", "hadm_id": "admissions", "stay_id": "icustays"}
 ENTITY_WORDS: dict[str, str] = {"subject_id": "patient", "hadm_id": "admission", "stay_id": "ICU stay"}
-
-OUT_OF_SCOPE_PATIENT: tuple[str, ...] = (
-    "What is the home address of patient {subject_id}?",
-    "What is the BRCA1 mutation status of patient {subject_id} according to their genome sequencing?",
-    "Which blood type does patient {subject_id} prefer to receive in a transfusion?",
-    "What is the phone number of the next of kin of patient {subject_id}?",
-    "What was the annual household income of patient {subject_id}?",
-    "How many steps did patient {subject_id}'s smartwatch record on the day before admission?",
-    "What is the name of the primary-care physician patient {subject_id} sees outside the hospital?",
-    "How many cigarettes a day did patient {subject_id}'s father smoke?",
-)
-OUT_OF_SCOPE_POPULATION: tuple[str, ...] = (
-    "What was the average household income of the patients admitted in {year}?",
-    "How many of the patients admitted in {year} owned a pet?",
-    "What was the average commuting distance to the hospital of patients admitted in {year}?",
-    "What fraction of the patients admitted in {year} had a genome sequenced by a consumer DNA test?",
-    "What was the mean patient-satisfaction score reported by patients admitted in {year}?",
-    "What share of the hospital's patients voted in the last national election?",
-    "What is the average number of siblings of the hospital's patients?",
-    "How many of the hospital's patients have a gym membership?",
-)
-
 
 def _edit(kind: str, param: str, old, new) -> dict:
     return {"kind": kind, "param": param, "from": text_value(old), "to": text_value(new)}
@@ -69,6 +72,63 @@ class NonexistentEntity(Injector):
         return None
 
 
+# per (connection, template, what): the template's sampled entities, and how often each value of a
+# parameter occurs among them — the distribution clean questions draw that parameter from. The
+# connection object is kept with its entry, so an id() can never be reused for another database
+# while cached.
+_FREQUENCY: dict[tuple[Any, ...], tuple[Any, Any]] = {}
+
+
+def _cached(ctx: InjectContext, key: tuple[str, ...], compute):
+    full = (id(ctx.con), ctx.template.id) + key
+    hit = _FREQUENCY.get(full)
+    if hit is not None and hit[0] is ctx.con:
+        return hit[1]
+    value = compute()
+    if len(_FREQUENCY) > 512:
+        _FREQUENCY.clear()
+    _FREQUENCY[full] = (ctx.con, value)
+    return value
+
+
+def value_frequency(ctx: InjectContext, param: str) -> Counter:
+    """How many of the template's candidate entities have each value of ``param`` (cached)."""
+    def compute() -> Counter:
+        rows = ctx.query(f"SELECT s.{param}, count(*) FROM ({ctx.template.sampler_sql}) s GROUP BY 1")
+        return Counter({v: int(n) for v, n in rows if v is not None})
+
+    return _cached(ctx, ("frequency", param), compute)
+
+
+def sampled_values(ctx: InjectContext, param: str) -> set[Any]:
+    """Values of ``param`` that candidate entities agreeing with this one on every other sampled
+    parameter take (e.g. the years in which this cohort has data), from the cached sampler rows."""
+    def compute() -> tuple[list[str], list[tuple[Any, ...]]]:
+        cur = ctx.con.execute(ctx.template.sampler_sql)
+        return [d[0] for d in cur.description], cur.fetchall()
+
+    names, rows = _cached(ctx, ("rows",), compute)
+    if param not in names:
+        return set()
+    others = [(i, ctx.params[n]) for i, n in enumerate(names) if n != param and n in ctx.params]
+    at = names.index(param)
+    return {r[at] for r in rows if all(r[i] == v for i, v in others)}
+
+
+def _icd_codes(ctx: InjectContext, titles: list[str]) -> dict[str, str]:
+    if not titles:
+        return {}
+    listed = ", ".join(sql_value(t) for t in titles)
+    rows = ctx.query(f"SELECT long_title, min(icd_code) FROM mimiciv_hosp.d_icd_procedures "
+                     f"WHERE long_title IN ({listed}) GROUP BY 1")
+    return {str(t): str(c) for t, c in rows}
+
+
+def _weighted(rng: np.random.Generator, items: list[Any], weights: list[float]) -> Any:
+    p = np.asarray(weights, dtype=float)
+    return items[int(rng.choice(len(items), p=p / p.sum()))]
+
+
 @register_injector
 class FalsePremise(Injector):
     subtype = "false_premise"
@@ -81,15 +141,44 @@ class FalsePremise(Injector):
     def inject(self, ctx: InjectContext) -> Injection | None:
         prem = ctx.template.premise
         rows = ctx.query(render_sql(prem.candidates_sql, ctx.params, {}))
-        if not rows:
+        freq = value_frequency(ctx, prem.param)
+        # only names clean questions of this template use, so the wrong name is not itself a cue
+        cands = [(v, t) for v, t, *_ in rows if freq.get(v, 0) > 0 and v != ctx.params[prem.param]]
+        if not cands:
             return None
-        new_value, new_text = rows[int(ctx.rng.integers(0, len(rows)))][:2]
+        codes = (_icd_codes(ctx, [str(ctx.params[prem.text])] + [str(t) for _, t in cands])
+                 if prem.param == "title" and ctx.evidence.table == "procedures_icd" else {})
+        pool = cands
+        for level in (0, 1):  # the same group; for items failing that, the same broad section
+            own = group_of(prem.param, ctx.params[prem.param], codes.get(str(ctx.params[prem.text])), level)
+            if own is None:
+                continue
+            pool = [c for c in cands if group_of(prem.param, c[0], codes.get(str(c[1])), level) == own]
+            if pool:
+                break
+        if not pool:
+            return None
+        new_value, new_text = _weighted(ctx.rng, pool, [freq[v] for v, _ in pool])
         params = dict(ctx.params)
         params[prem.param] = new_value
         params[prem.text] = new_text
         return Injection(self.spec(question_edit=_edit("premise", prem.text, ctx.params[prem.text], new_text),
-                                   description=f"{new_text!r} never happened for this entity"),
+                                   description=f"{new_text!r} (related to {ctx.params[prem.text]!r}) never "
+                                               f"happened for this entity"),
                          "abstain", "false_premise", params=params)
+
+
+def counts(template) -> bool:
+    """A count question: on an empty window its answer is zero, so it presupposes no event."""
+    return template.answer.type == "integer" and re.search(r"\bcount\s*\(", template.gold_sql, re.I) is not None
+
+
+# how far from the real record a wrong window is put (days): ending that long before the first
+# admission, or starting that long after the last discharge
+BEFORE_DAYS: tuple[int, ...] = (7, 3, 14, 10, 30, 5)
+AFTER_DAYS: tuple[int, ...] = (30, 90, 180, 14, 365, 60)
+MAX_TRIES = 10  # candidate windows checked against the gold SQL
+YEAR_TRIES = 4  # candidate years (already filtered by the sampler) checked against the gold SQL
 
 
 @register_injector
@@ -99,31 +188,64 @@ class TemporalMismatch(Injector):
     description = "the question's time window lies outside the record"
 
     def fits(self, template) -> bool:
-        return template.time_window is not None
+        return template.time_window is not None and not counts(template)
+
+    def _no_answer(self, ctx: InjectContext, params: dict[str, Any]) -> bool:
+        """The gold SQL on these parameters has no answer: the question presupposes an event."""
+        sql = render_sql(ctx.template.gold_sql, params, plain_relation(ctx.template))
+        return gold_from_rows(ctx.query(sql), ctx.template.answer) is None
 
     def inject(self, ctx: InjectContext) -> Injection | None:
         tw = ctx.template.time_window
         got = ctx.query(render_sql(tw.scope_sql, ctx.params, {}))
-        if not got or got[0][0] is None:
+        if not got or got[0][0] is None or got[0][1] is None:
             return None
-        first = parse_stamp(got[0][0])
+        first, last = parse_stamp(got[0][0]), parse_stamp(got[0][1])
         params = dict(ctx.params)
         if tw.year:
-            new_year = first.year - int(ctx.rng.integers(3, 15))
-            params[tw.year] = new_year
-            edit = _edit("time_window", tw.year, ctx.params[tw.year], new_year)
-            desc = f"year {new_year} lies before the first record ({first.year})"
-        else:
-            start, end = parse_stamp(ctx.params[tw.start]), parse_stamp(ctx.params[tw.end])
-            new_start = (first - dt.timedelta(days=int(ctx.rng.integers(400, 2000)))).replace(
-                hour=start.hour, minute=start.minute, second=0, microsecond=0)
-            params[tw.start] = new_start
-            params[tw.end] = new_start + (end - start)
-            edit = {"kind": "time_window", "param": f"{tw.start},{tw.end}",
-                    "from": f"{text_value(start)} – {text_value(end)}",
-                    "to": f"{text_value(params[tw.start])} – {text_value(params[tw.end])}"}
-            desc = f"window starts {text_value(new_start)}, before the first record ({text_value(first)})"
-        return Injection(self.spec(question_edit=edit, description=desc), "abstain", "false_premise", params=params)
+            old = int(ctx.params[tw.year])
+            # years in which the sampler finds this cohort are not tried (they hold data)
+            known = {int(y) for y in sampled_values(ctx, tw.year) if y is not None}
+            inside = [y for y in range(first.year, last.year + 1) if y != old and y not in known]
+            jitter = ctx.rng.random(len(inside))
+            order = [y for _, _, y in sorted(zip([abs(y - old) for y in inside], jitter, inside))]
+            order += [first.year - 1, last.year + 1]  # the years just outside, if no year inside is empty
+            for new_year in order[:YEAR_TRIES]:
+                params[tw.year] = new_year
+                if self._no_answer(ctx, params):
+                    edit = _edit("time_window", tw.year, old, new_year)
+                    where = "inside" if first.year <= new_year <= last.year else "next to"
+                    desc = f"no such record in {new_year} ({where} the database's years {first.year}-{last.year})"
+                    return Injection(self.spec(question_edit=edit, description=desc), "abstain", "false_premise",
+                                     params=params)
+            return None
+        start, end = parse_stamp(ctx.params[tw.start]), parse_stamp(ctx.params[tw.end])
+        lo, hi = self._database_range(ctx)
+        before = [first - dt.timedelta(days=d) - (end - start) for d in BEFORE_DAYS]  # ends d days before
+        after = [last + dt.timedelta(days=d) for d in AFTER_DAYS]
+        starts = [s for pair in zip(before, after) for s in pair]
+        if ctx.rng.random() < 0.5:
+            starts = [s for pair in zip(after, before) for s in pair]
+        for cand in starts[:MAX_TRIES]:
+            new_start = cand.replace(hour=start.hour, minute=start.minute, second=start.second, microsecond=0)
+            new_end = new_start + (end - start)
+            if new_start < lo or new_end > hi:
+                continue
+            params[tw.start], params[tw.end] = new_start, new_end
+            if self._no_answer(ctx, params):
+                edit = {"kind": "time_window", "param": f"{tw.start},{tw.end}",
+                        "from": f"{text_value(start)} – {text_value(end)}",
+                        "to": f"{text_value(new_start)} – {text_value(new_end)}"}
+                side = "before the first admission" if new_end <= first else "after the last discharge"
+                desc = f"window {text_value(new_start)} – {text_value(new_end)} lies {side} (no record in it)"
+                return Injection(self.spec(question_edit=edit, description=desc), "abstain", "false_premise",
+                                 params=params)
+        return None
+
+    @staticmethod
+    def _database_range(ctx: InjectContext) -> tuple[dt.datetime, dt.datetime]:
+        got = ctx.query("SELECT min(admittime), max(dischtime) FROM mimiciv_hosp.admissions")[0]
+        return parse_stamp(got[0]), parse_stamp(got[1])
 
 
 @register_injector
@@ -155,11 +277,26 @@ class OutOfScope(Injector):
     description = "the question asks for something no EHR table holds"
 
     def inject(self, ctx: InjectContext) -> Injection | None:
-        pool = OUT_OF_SCOPE_PATIENT if ctx.template.level == "patient" else OUT_OF_SCOPE_POPULATION
-        usable = [q for q in pool if set(placeholders(q)) <= set(ctx.params)]
-        if not usable:
-            return None
-        question = render_text(usable[int(ctx.rng.integers(0, len(usable)))], ctx.params)
-        return Injection(self.spec(question_edit={"kind": "out_of_scope", "param": None, "from": None,
-                                                  "to": question}, description="asks for data no table holds"),
+        t = ctx.template
+        kind = slot_kind(t.lexical, t.evidence.table) if t.lexical else None
+        frames = [p for p in t.paraphrases if kind and "{" + t.lexical + "}" in p]
+        if frames:
+            frame = t.paraphrases[ctx.paraphrase] if t.paraphrases[ctx.paraphrase] in frames else frames[0]
+            phrases = swap_phrases(kind, str(ctx.params[t.lexical]), ends_clause(frame, t.lexical))
+            phrase = phrases[int(ctx.rng.integers(0, len(phrases)))]
+            question = render_text(frame, {**ctx.params, t.lexical: phrase})
+            desc = f"asks for the {phrase!r}, which no table holds"
+        else:
+            # about the entity the clean question names (not e.g. the admission of a question about a stay)
+            shown = set(placeholders(t.paraphrases[ctx.paraphrase])) & set(ctx.params)
+            own = [q for q in FRAMES.get((t.intent, t.level), ()) if set(placeholders(q)) <= shown]
+            anywhere = [q for (_, level), qs in sorted(FRAMES.items()) if level == t.level for q in qs
+                        if set(placeholders(q)) <= shown]
+            usable = own or anywhere
+            if not usable:
+                return None
+            question = render_text(usable[int(ctx.rng.integers(0, len(usable)))], ctx.params)
+            desc = "asks about the same entity for data no table holds"
+        return Injection(self.spec(question_edit={"kind": "out_of_scope", "param": t.lexical if frames else None,
+                                                  "from": None, "to": question}, description=desc),
                          "abstain", "out_of_scope", question=question)

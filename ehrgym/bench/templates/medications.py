@@ -482,7 +482,7 @@ WHERE dc.concept = {drug} AND e.event_txt = 'Administered' AND extract(year FROM
         answer=COUNT,
         evidence=Evidence(**{**EMAR_DOSES, "where": "dc.concept = {drug} AND e.event_txt = 'Administered' AND "
                                                     + ADM_IN_YEAR, "join": EMAR_DRUG + " " + ADM_JOIN}),
-        noise=("duplicate_records", "out_of_window", "temporal_mismatch", "lexical_variation", "out_of_scope"),
+        noise=("duplicate_records", "out_of_window", "lexical_variation", "out_of_scope"),
         lexical="drug", time_window=YEAR_WINDOW, description="number of eMAR administrations of a drug in a year",
     ),
     MedicationTemplate(

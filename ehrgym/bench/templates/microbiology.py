@@ -405,7 +405,7 @@ WHERE e.hadm_id IS NOT NULL AND og.concept = {organism} AND extract(year FROM e.
         answer=COUNT,
         evidence=Evidence(**MICRO_SPECIMENS, join=ORG_JOIN, where="og.concept = {organism} AND " + IN_YEAR,
                           id_col="micro_specimen_id"),
-        noise=("duplicate_records", "out_of_window", "temporal_mismatch", "lexical_variation", "out_of_scope"),
+        noise=("duplicate_records", "out_of_window", "lexical_variation", "out_of_scope"),
         lexical="organism", time_window=YEAR_WINDOW, description="number of isolates of an organism in a year",
     ),
     MicrobiologyTemplate(

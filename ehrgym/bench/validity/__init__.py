@@ -1,4 +1,6 @@
-"""The validity report of a built benchmark: a small registry of sections, one function each.
+"""The validity report of a built benchmark: checks that a shortcut (how noise is stored, the
+question text) does not reveal the variant or the expected outcome, as a small registry of
+sections, one function each.
 
 Each section takes a :class:`ValidityContext` and returns a JSON-ready dict; the card records
 them under ``card["validity"][name]`` and ``card.md`` prints them. To add a section (text
@@ -16,6 +18,7 @@ from typing import Any, Callable
 
 from ehrgym.bench.task import Task
 from ehrgym.errors import BenchmarkError
+from ehrgym.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -26,14 +29,13 @@ class ValidityContext:
 
 
 Section = Callable[[ValidityContext], dict[str, Any]]
-SECTIONS: dict[str, Section] = {}
+# other packages add sections through the entry-point group "ehrgym.validity_sections"
+SECTIONS: Registry[Section] = Registry("validity section", error=BenchmarkError)
 
 
 def validity_section(name: str) -> Callable[[Section], Section]:
     def register(fn: Section) -> Section:
-        if name in SECTIONS:
-            raise BenchmarkError(f"validity section {name!r} registered twice")
-        SECTIONS[name] = fn
+        SECTIONS.add(name, fn)
         return fn
     return register
 

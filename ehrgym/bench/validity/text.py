@@ -1,0 +1,201 @@
+"""Text-only shortcut probe: can the question text alone tell a clean question from its noisy twin,
+or an answerable noisy question from one that must be abstained on?
+
+A bag of word 1–2-grams and character 3–5-grams (TF-IDF, L2-normalised) feeds an L2-regularised
+logistic regression (numpy/scipy, no other dependency). It is trained on the ``train`` split and
+scored on the ``test`` split of a built benchmark; the regularisation strength is chosen by
+cross-validation on ``train`` with folds grouped by pair, so twins never straddle a fold. A valid
+benchmark keeps every accuracy near its chance level:
+
+* ``clean_vs_noise``: every question of every pair, label clean/noisy (chance 0.5);
+* ``clean_vs_noise_query``: the same, trained and tested on query-level pairs only (the noise
+  lives in the question there, so this is the sharp test);
+* ``answer_vs_abstain``: noisy questions only, label the expected outcome (chance: the majority
+  rate, the share of the test split's more frequent outcome); ``answer_vs_abstain_query`` the
+  same on query-level pairs only (lexical variation is answered, the other four abstained on).
+
+``text_validity(tasks)`` returns all four with their test sizes and, for the two clean/noisy
+probes, the accuracy on each subtype's pairs. Deterministic: same tasks, same numbers.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+from scipy import sparse
+from scipy.optimize import minimize
+
+from ehrgym.bench.task import Task
+
+WORD = re.compile(r"[a-z0-9]+(?:['’][a-z]+)?|[^\sa-z0-9]")
+C_GRID: tuple[float, ...] = (1.0, 10.0, 100.0)
+FOLDS = 3
+
+
+def _features(text: str) -> list[str]:
+    """Word 1–2-grams and character 3–5-grams (inside word boundaries) of one question."""
+    low = text.lower()
+    words = WORD.findall(low)
+    feats = [f"w:{w}" for w in words]
+    feats += [f"b:{a} {b}" for a, b in zip(words, words[1:])]
+    for w in low.split():
+        padded = f" {w} "
+        for n in range(3, 6):
+            feats += [f"c:{padded[i:i + n]}" for i in range(len(padded) - n + 1)]
+    return feats
+
+
+@dataclass
+class TextModel:
+    """A fitted TF-IDF vocabulary and logistic-regression weights."""
+
+    vocab: dict[str, int]
+    idf: np.ndarray
+    weights: np.ndarray
+    bias: float
+
+    def predict(self, texts: Sequence[str]) -> np.ndarray:
+        x = _matrix([_features(t) for t in texts], self.vocab, self.idf)
+        return (x @ self.weights + self.bias > 0).astype(int)
+
+
+def _vocabulary(docs: list[list[str]]) -> tuple[dict[str, int], np.ndarray]:
+    df = Counter(f for d in docs for f in set(d))
+    names = sorted(f for f, n in df.items() if n >= 2)
+    n = len(docs)
+    return {f: i for i, f in enumerate(names)}, np.array([math.log((1 + n) / (1 + df[f])) + 1.0 for f in names])
+
+
+def _matrix(docs: list[list[str]], vocab: dict[str, int], idf: np.ndarray) -> sparse.csr_matrix:
+    rows, cols, vals = [], [], []
+    for r, d in enumerate(docs):
+        counts = Counter(vocab[f] for f in d if f in vocab)
+        for col, k in sorted(counts.items()):
+            rows.append(r)
+            cols.append(col)
+            vals.append((1.0 + math.log(k)) * idf[col])
+    x = sparse.csr_matrix((vals, (rows, cols)), shape=(len(docs), len(vocab)))
+    norms = np.sqrt(np.asarray(x.multiply(x).sum(axis=1)).ravel())
+    norms[norms == 0] = 1.0
+    return sparse.csr_matrix(sparse.diags(1.0 / norms) @ x)
+
+
+def _logreg(x: sparse.csr_matrix, y: np.ndarray, c: float) -> tuple[np.ndarray, float]:
+    """L2-regularised logistic regression (``C`` as in the usual formulation), Newton-CG."""
+    d = x.shape[1]
+    xt = sparse.csr_matrix(x.T)
+
+    def sigmoid(z: np.ndarray) -> np.ndarray:
+        return 0.5 * (1.0 + np.tanh(0.5 * z))  # overflow-free
+
+    def loss(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        w, b = theta[:d], theta[d]
+        z = x @ w + b
+        nll = float(np.sum(np.logaddexp(0.0, z) - y * z))
+        g = sigmoid(z) - y
+        grad = np.empty(d + 1)
+        grad[:d] = c * (xt @ g) + w
+        grad[d] = c * g.sum()
+        return c * nll + 0.5 * float(w @ w), grad
+
+    def hessp(theta: np.ndarray, v: np.ndarray) -> np.ndarray:
+        p = sigmoid(x @ theta[:d] + theta[d])
+        sv = p * (1.0 - p) * (x @ v[:d] + v[d])
+        out = np.empty(d + 1)
+        out[:d] = c * (xt @ sv) + v[:d]
+        out[d] = c * sv.sum()
+        return out
+
+    res = minimize(loss, np.zeros(d + 1), jac=True, hessp=hessp, method="Newton-CG", options={"maxiter": 100})
+    return res.x[:d], float(res.x[d])
+
+
+def _group_folds(groups: Sequence[str], k: int) -> np.ndarray:
+    import hashlib
+
+    return np.array([int(hashlib.sha256(g.encode()).hexdigest()[:8], 16) % k for g in groups])
+
+
+def fit_probe(texts: Sequence[str], labels: Sequence[int], groups: Sequence[str]) -> TextModel:
+    """The model with the regularisation strength that cross-validates best (folds by ``groups``)."""
+    vocab, idf = _vocabulary([_features(t) for t in texts])
+    x = _matrix([_features(t) for t in texts], vocab, idf)
+    y = np.asarray(labels, dtype=float)
+    folds = _group_folds(groups, FOLDS)
+    best_c, best = C_GRID[0], -1
+    if len(set(labels)) > 1:
+        for c in C_GRID:
+            hits = 0
+            for f in range(FOLDS):
+                tr, te = np.flatnonzero(folds != f), np.flatnonzero(folds == f)
+                if not len(te) or len(set(y[tr])) < 2:
+                    continue
+                w, b = _logreg(x[tr], y[tr], c)
+                hits += int(((x[te] @ w + b > 0).astype(float) == y[te]).sum())
+            if hits > best:
+                best_c, best = c, hits
+    w, b = _logreg(x, y, best_c)
+    return TextModel(vocab, idf, w, b)
+
+
+def _subtype(t: Task) -> str:
+    return t.noise.subtype if t.noise else "clean"
+
+
+def _clean_vs_noise(tasks: list[Task], keep: Callable[[str], bool]) -> dict[str, Any]:
+    pair_sub = {t.pair_id: t.noise.subtype for t in tasks if t.noise is not None}
+    chosen = [t for t in tasks if keep(pair_sub.get(t.pair_id, ""))]
+    train = [t for t in chosen if t.split == "train"]
+    test = [t for t in chosen if t.split == "test"]
+    out: dict[str, Any] = {"n_train": len(train), "n_test": len(test), "chance": 0.5}
+    if not train or not test or len({t.variant for t in train}) < 2:
+        out["accuracy"] = None
+        return out
+    model = fit_probe([t.question for t in train], [int(t.variant == "noise") for t in train],
+                      [t.pair_id for t in train])
+    pred = model.predict([t.question for t in test])
+    hit = pred == np.array([int(t.variant == "noise") for t in test])
+    out["accuracy"] = round(float(hit.mean()), 4)
+    by: dict[str, list[bool]] = defaultdict(list)
+    for t, h in zip(test, hit):
+        by[pair_sub[t.pair_id]].append(bool(h))
+    out["by_subtype"] = {s: round(sum(v) / len(v), 4) for s, v in sorted(by.items())}
+    return out
+
+
+def _answer_vs_abstain(tasks: list[Task], keep: Callable[[str], bool]) -> dict[str, Any]:
+    noisy = [t for t in tasks if t.variant == "noise" and keep(t.noise.subtype)]
+    train = [t for t in noisy if t.split == "train"]
+    test = [t for t in noisy if t.split == "test"]
+    out: dict[str, Any] = {"n_train": len(train), "n_test": len(test)}
+    if not train or not test:
+        out["accuracy"] = out["majority"] = None
+        return out
+    y_train = [int(t.expected.is_abstain) for t in train]
+    y_test = np.array([int(t.expected.is_abstain) for t in test])
+    share = float(y_test.mean())
+    out["majority"] = round(max(share, 1.0 - share), 4)  # the test split's majority-outcome rate
+    if len(set(y_train)) < 2:
+        out["accuracy"] = round(float((y_test == y_train[0]).mean()), 4)
+        return out
+    model = fit_probe([t.question for t in train], y_train, [t.pair_id for t in train])
+    out["accuracy"] = round(float((model.predict([t.question for t in test]) == y_test).mean()), 4)
+    return out
+
+
+def text_validity(tasks: Iterable[Task]) -> dict[str, Any]:
+    """The four text-shortcut probes on a built benchmark's tasks (see the module docstring)."""
+    from ehrgym.vocab import NOISE_SUBTYPES
+
+    tasks = sorted(tasks, key=lambda t: t.task_id)
+    return {
+        "clean_vs_noise": _clean_vs_noise(tasks, lambda s: bool(s)),
+        "clean_vs_noise_query": _clean_vs_noise(tasks, lambda s: NOISE_SUBTYPES.get(s) == "query"),
+        "answer_vs_abstain": _answer_vs_abstain(tasks, lambda s: True),
+        "answer_vs_abstain_query": _answer_vs_abstain(tasks, lambda s: NOISE_SUBTYPES.get(s) == "query"),
+    }

@@ -1,0 +1,255 @@
+"""Query-level noise looks like real questions: a text-only probe cannot tell clean from noisy
+twins nor predict abstention, and each query-level injector writes its twin from the clean
+question's own distribution (same frame, related names, windows next to the record)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import replace
+
+import pytest
+
+from ehrgym.bench.answers import gold_from_rows
+from ehrgym.bench.build import build_benchmark
+from ehrgym.bench.configs import BuildConfig
+from ehrgym.bench.noise.cleaning import plain_relation
+from ehrgym.bench.noise import INJECTORS
+from ehrgym.bench.noise.lexicon import CODES, LEXICON, variants
+from ehrgym.bench.noise.query import counts
+from ehrgym.bench.noise.scope import FRAMES
+from ehrgym.bench.noise.similar import group_of
+from ehrgym.bench.sqlrender import render_sql, render_text
+from ehrgym.bench.task import load_tasks_jsonl
+from ehrgym.bench.templates.registry import all_templates, get_template
+from ehrgym.bench.validity.text import text_validity
+from ehrgym.bench.verify import PairVerifier
+
+# large enough that the test split holds ~150 query-level questions (the small config's ~30 cannot
+# resolve a 0.55 bound); 200 patients still build it in seconds
+PROBE_CONFIG = BuildConfig("questions", 1500, oversample=4.0, min_candidates=24)
+
+
+@pytest.fixture(scope="module")
+def built(synth_db, tmp_path_factory):
+    out = tmp_path_factory.mktemp("questions") / "bench"
+    build_benchmark(synth_db, out, config=PROBE_CONFIG, seed=5, progress=False)
+    return load_tasks_jsonl(out / "tasks.jsonl")
+
+
+@pytest.fixture(scope="module")
+def validity(built):
+    return text_validity(built)
+
+
+@pytest.fixture(scope="module")
+def con(synth_db):
+    verifier = PairVerifier(synth_db)  # the clean views over the database, as the builder sees them
+    yield verifier.con
+    verifier.close()
+
+
+def _pairs(tasks, subtype):
+    clean = {t.pair_id: t for t in tasks if t.variant == "clean"}
+    return [(clean[t.pair_id], t) for t in tasks if t.variant == "noise" and t.noise.subtype == subtype]
+
+
+# ---------------------------------------------------------------- the text probe
+
+
+# The issue's targets: overall <= 0.55, query-level <= 0.60, answer-vs-abstain within 5 points of
+# the majority rate. On this build today: overall 0.55, query-level 0.64, answer-vs-abstain
+# majority + 0.07 (on query-level pairs: majority + 0.00); before the query-level noise was
+# rewritten: 0.55, 0.72, majority + 0.12 (query-level pairs: + 0.13). The guards below fail on the
+# old shortcuts; the targets not yet met are strict xfails, which fail (and must be promoted to
+# plain tests) as soon as they pass.
+
+
+def test_question_text_does_not_reveal_the_variant(validity):
+    overall, query = validity["clean_vs_noise"], validity["clean_vs_noise_query"]
+    assert overall["n_test"] >= 200 and query["n_test"] >= 80
+    assert overall["accuracy"] <= 0.55, overall
+    assert query["accuracy"] <= 0.68, query
+    # no query-level subtype is given away by its own wording (was: out of scope 0.86, temporal 0.71)
+    assert query["by_subtype"]["out_of_scope"] <= 0.78, query
+    assert query["by_subtype"]["temporal_mismatch"] <= 0.68, query
+
+
+@pytest.mark.xfail(strict=True, reason="lexical twins stand out from clean questions that quote database "
+                                       "strings, and an out-of-scope question has to name what no table holds")
+def test_query_level_target(validity):
+    assert validity["clean_vs_noise_query"]["accuracy"] <= 0.60
+
+
+def test_query_noise_does_not_reveal_the_expected_outcome(validity):
+    probe = validity["answer_vs_abstain_query"]
+    assert probe["n_test"] >= 50
+    assert probe["accuracy"] <= probe["majority"] + 0.05, probe
+
+
+@pytest.mark.xfail(strict=True, reason="a template's wording predicts its mix of record/value subtypes (count "
+                                       "templates carry duplicates, expected answer; single-value templates "
+                                       "carry missing values, expected abstention): a quota-plan matter")
+def test_answer_vs_abstain_target(validity):
+    probe = validity["answer_vs_abstain"]
+    assert probe["n_test"] >= 100
+    assert probe["accuracy"] <= probe["majority"] + 0.05
+
+
+def test_the_probe_catches_a_planted_shortcut(built):
+    """The probe can fail: noisy twins that share a cue word are found at once."""
+    planted = [replace(t, question=t.question + " (as noted in the chart)") if t.variant == "noise"
+               and t.noise.level == "query" and t.expected.is_abstain else t for t in built]
+    probe = text_validity(planted)
+    assert probe["clean_vs_noise_query"]["accuracy"] >= 0.75
+    assert probe["answer_vs_abstain"]["accuracy"] >= probe["answer_vs_abstain"]["majority"] + 0.1
+
+
+# ---------------------------------------------------------------- out of scope
+
+
+def _frame(question: str, values: list[str]) -> str:
+    for v in sorted(values, key=len, reverse=True):
+        question = question.replace(v, "§")
+    return question
+
+
+def test_out_of_scope_twins_reuse_the_clean_question(built):
+    pairs = _pairs(built, "out_of_scope")
+    assert len(pairs) >= 50
+    all_frames = {q for qs in FRAMES.values() for q in qs}
+    for clean, noisy in pairs:
+        t = get_template(clean.template_id)
+        entity = _entity(clean.meta["entity"])
+        assert noisy.question != clean.question
+        # same patient / admission / stay / year as the clean twin
+        for key in ("subject_id", "hadm_id", "stay_id", "year"):
+            if key in entity and any("{" + key + "}" in p for p in t.paraphrases):
+                assert str(entity[key]) in noisy.question, (clean.question, noisy.question)
+        edit = noisy.noise.question_edit
+        if edit["param"]:  # the clean paraphrase with only the named thing swapped
+            frame = t.paraphrases[clean.meta["paraphrase"]]
+            pieces = [render_text(p, entity) for p in frame.split("{" + edit["param"] + "}")]
+            assert noisy.question.startswith(pieces[0]), (clean.question, noisy.question)
+            assert noisy.question.endswith(pieces[-1]), (clean.question, noisy.question)
+            assert all(p in noisy.question for p in pieces), (clean.question, noisy.question)
+        else:
+            assert any(render_text(f, entity) == noisy.question for f in all_frames
+                       if set(re.findall(r"{(\w+)}", f)) <= set(entity))
+
+
+# ---------------------------------------------------------------- temporal mismatch
+
+
+def test_temporal_windows_lie_next_to_the_record_and_presuppose_an_event(built, con):
+    pairs = _pairs(built, "temporal_mismatch")
+    assert len(pairs) >= 30
+    lo, hi = con.execute("SELECT min(admittime), max(dischtime) FROM mimiciv_hosp.admissions").fetchone()
+    for clean, noisy in pairs:
+        t = get_template(clean.template_id)
+        tw = t.time_window
+        noisy_params = dict(clean.meta["entity"], **noisy.meta["noisy_entity"])
+        if tw.year:
+            old, new = int(clean.meta["entity"][tw.year]), int(noisy_params[tw.year])
+            assert lo.year - 1 <= new <= hi.year + 1, noisy.question
+            assert abs(new - old) <= 15
+        else:
+            start = dt.datetime.fromisoformat(str(noisy_params[tw.start]))
+            end = dt.datetime.fromisoformat(str(noisy_params[tw.end]))
+            assert lo <= start and end <= hi
+            first, last = con.execute(render_sql(tw.scope_sql, clean.meta["entity"], {})).fetchone()
+            assert first - dt.timedelta(days=40) <= start <= last + dt.timedelta(days=366)
+        # the noisy window holds no answer: the question presupposes an event there
+        params = {k: _typed(v) for k, v in noisy_params.items()}
+        sql = render_sql(t.gold_sql, params, plain_relation(t))
+        assert gold_from_rows(con.execute(sql).fetchall(), t.answer) is None, noisy.question
+    # a count is an answer (zero) on an empty window, never a false premise
+    assert not any(counts(get_template(clean.template_id)) for clean, _ in pairs)
+    assert not any(INJECTORS["temporal_mismatch"].applies(t) for t in all_templates() if counts(t))
+    assert any(counts(t) and t.time_window for t in all_templates())
+
+
+def _typed(v):
+    if isinstance(v, str) and re.fullmatch(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d(:\d\d)?", v):
+        return dt.datetime.fromisoformat(v)
+    return v
+
+
+def _entity(params: dict) -> dict:
+    """Task parameters as the builder held them (timestamps are JSON strings in the task file)."""
+    return {k: _typed(v) for k, v in params.items()}
+
+
+# ---------------------------------------------------------------- false premise
+
+
+def test_false_premises_are_related_names_clean_questions_use(built, con):
+    pairs = _pairs(built, "false_premise")
+    assert len(pairs) >= 20
+    sampled: dict[str, set] = {}
+    related = 0
+    for clean, noisy in pairs:
+        prem = get_template(clean.template_id).premise
+        old, new = clean.meta["entity"][prem.param], noisy.meta["noisy_entity"][prem.param]
+        assert old != new
+        g_old, g_new = group_of(prem.param, old), group_of(prem.param, new)
+        if g_old is not None:
+            broad = group_of(prem.param, old, level=1)
+            assert g_new == g_old or (broad is not None and group_of(prem.param, new, level=1) == broad), \
+                (clean.question, noisy.question)
+            related += g_new == g_old
+        # the wrong name is one clean questions of the template ask about (a sampled value)
+        t = get_template(clean.template_id)
+        if t.id not in sampled:
+            sampled[t.id] = {r[0] for r in con.execute(f"SELECT s.{prem.param} FROM ({t.sampler_sql}) s").fetchall()}
+        assert new in sampled[t.id], (clean.question, noisy.question)
+    assert related >= len(pairs) // 3
+
+
+def test_similarity_groups_are_clinical():
+    assert group_of("itemid", 50912) == group_of("itemid", 51006)  # creatinine ~ urea nitrogen
+    assert group_of("itemid", 50912) != group_of("itemid", 51222)  # creatinine vs hemoglobin
+    assert group_of("drug", "Furosemide") == group_of("drug", "Metoprolol Tartrate")
+    assert group_of("drug", "Vancomycin") == group_of("drug", "CefTRIAXone") != group_of("drug", "Heparin")
+    assert group_of("organism", "ESCHERICHIA COLI") == group_of("organism", "KLEBSIELLA PNEUMONIAE")
+    assert group_of("title", "x", code="0BH17EZ") == group_of("title", "y", code="0B110F4")
+
+
+# ---------------------------------------------------------------- lexical variation
+
+
+def test_lexical_variants_are_clinical_forms_not_typos_of_codes(built):
+    pairs = _pairs(built, "lexical_variation")
+    assert len(pairs) >= 50
+    for clean, noisy in pairs:
+        edit = noisy.noise.question_edit
+        assert edit["to"] in variants(edit["from"])
+        if edit["from"].casefold() in CODES:
+            assert edit["to"] in LEXICON[edit["from"].casefold()]
+    for code in CODES:
+        assert all(v in LEXICON.get(code, ()) for v in variants(code.upper())), code
+
+
+def test_lexicon_holds_the_abbreviations_clinicians_use():
+    expected = {"Hemoglobin": "Hgb", "Potassium": "K", "Urea Nitrogen": "BUN", "Platelet Count": "plt",
+                "O2 saturation pulseoxymetry": "SpO2", "Heart Rate": "HR", "White Blood Cells": "WBC",
+                "EW EMER.": "emergency", "Medical Intensive Care Unit (MICU)": "MICU"}
+    for name, form in expected.items():
+        assert form in variants(name), (name, variants(name))
+    assert variants("EW EMER.") == list(LEXICON["ew emer."])  # a code: no typo forms
+
+
+# ---------------------------------------------------------------- same phrasing distribution
+
+
+def test_other_query_twins_keep_the_clean_frame(built):
+    """Wrong entity, premise, window or spelling: the noisy twin is the clean paraphrase with only
+    the edited parameter changed — no wording of its own."""
+    for sub in ("nonexistent_entity", "false_premise", "temporal_mismatch", "lexical_variation"):
+        for clean, noisy in _pairs(built, sub):
+            t = get_template(clean.template_id)
+            frame = t.paraphrases[clean.meta["paraphrase"]]
+            params = _entity({**clean.meta["entity"], **noisy.meta.get("noisy_entity", {})})
+            if sub == "lexical_variation":
+                params[noisy.noise.question_edit["param"]] = noisy.noise.question_edit["to"]
+            assert noisy.question == render_text(frame, params), (sub, noisy.question)
