@@ -258,6 +258,8 @@ class LexicalVariation(Injector):
 
     def inject(self, ctx: InjectContext) -> Injection | None:
         param = ctx.template.lexical
+        if ctx.template.answer.type == "boolean" and not ctx.clean_value:
+            return None  # a name nobody matches already gives "no": the variation cannot trap here
         name = str(ctx.params[param])
         forms = variants(name)
         if not forms:

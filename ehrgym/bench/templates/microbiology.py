@@ -226,15 +226,21 @@ WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id} AND sp.concept = {sp
             "Answer yes or no.",
             "Yes or no: was {organism} found in patient {subject_id}'s cultures during admission {hadm_id}?",
         ),
-        # about as many 'no' (an organism that did not grow) as 'yes'
+        # about as many 'no' as 'yes': every organism an admission grew, plus one organism commonly grown
+        # elsewhere that it did not grow (however long the database's organism list is)
         sampler_sql=f"""
 WITH adm AS (SELECT DISTINCT subject_id, hadm_id FROM mimiciv_hosp.microbiologyevents WHERE hadm_id IS NOT NULL),
 grown AS (SELECT DISTINCT e.hadm_id, og.concept AS organism FROM mimiciv_hosp.microbiologyevents e {ORG_JOIN}),
-orgs AS (SELECT DISTINCT organism FROM grown)
-SELECT a.subject_id, a.hadm_id, o.organism
-FROM adm a CROSS JOIN orgs o
-LEFT JOIN grown g ON g.hadm_id = a.hadm_id AND g.organism = o.organism
-WHERE g.hadm_id IS NOT NULL OR hash(a.hadm_id, o.organism) % 5 = 0""",
+orgs AS (SELECT organism FROM grown GROUP BY organism HAVING count(*) >= 3),
+absent AS (
+    SELECT a.subject_id, a.hadm_id, o.organism,
+           row_number() OVER (PARTITION BY a.hadm_id ORDER BY hash(a.hadm_id, o.organism), o.organism) AS pick
+    FROM adm a CROSS JOIN orgs o
+    LEFT JOIN grown g ON g.hadm_id = a.hadm_id AND g.organism = o.organism
+    WHERE g.hadm_id IS NULL)
+SELECT a.subject_id, g.hadm_id, g.organism FROM grown g JOIN adm a ON a.hadm_id = g.hadm_id
+UNION ALL
+SELECT subject_id, hadm_id, organism FROM absent WHERE pick = 1""",
         gold_sql="""SELECT count(*) > 0
 FROM {microbiologyevents} e
 """ + ORG_JOIN + """
