@@ -3,7 +3,8 @@
 For every noisy task whose overlay inserts rows, the shadowed table is scanned (the rows of the
 same item/drug as the inserted ones, in scan order) and each row described by storage features
 only — id rank, scan-position rank, their difference, NULL pattern, number of decimals, text
-form, time precision — beside untouched rows of the same patients, table and item. A depth-3 decision tree (balanced class weights) learns to tell the rows the
+form, time precision — beside untouched rows of the same patients, table and item (for noise whose content is a missing number,
+untouched rows without a number: the hospital's own NULLs). A depth-3 decision tree (balanced class weights) learns to tell the rows the
 overlay touched from the base rows of the same table and item; it is scored on held-out tasks
 (5 folds; tasks about the same patient, or the same cohort, stay in one fold — the same entity
 under several templates would otherwise let the tree recognise the rows themselves). Chance is
@@ -87,10 +88,15 @@ def task_rows(session: OverlaySession, task: Task, rng: np.random.Generator) -> 
             vals = sorted({r[group] for r in edit.insert_rows}, key=str)
             where = f" WHERE {group} IN ({', '.join('?' for _ in vals)})"
         id_col = ev.id_col if ev.table == table and ev.id_col in names else None
+        vcol = ev.value_col if ev.table == table else None
+        # noise whose content is a missing number (missing_value, encoding_corruption) is compared with the base's
+        # own results without a number: a NULL is what the noise is, not how the overlay stores it; the question
+        # is whether the overlay's NULL rows look like the hospital's (text, comments, NULL pattern)
+        null_only = bool(vcol) and all(r.get(vcol) is None for r in edit.insert_rows)
         # scan order and ids of the whole group (two narrow columns), full rows of its patients only
         subject = "subject_id" if "subject_id" in names else "NULL"
-        slim = session.con.execute(f"SELECT {subject}, {id_col or 'NULL'} FROM {spec.qualified}{where} "
-                                   f"LIMIT {MAX_ROWS_PER_GROUP}", vals).fetchall()
+        slim = session.con.execute(f"SELECT {subject}, {id_col or 'NULL'}, {f'{vcol} IS NULL' if null_only else 'TRUE'} "
+                                   f"FROM {spec.qualified}{where} LIMIT {MAX_ROWS_PER_GROUP}", vals).fetchall()
         if not slim:
             continue
         subjects = {r.get("subject_id") for r in edit.insert_rows}
@@ -115,13 +121,13 @@ def task_rows(session: OverlaySession, task: Task, rng: np.random.Generator) -> 
             id_rank = order / max(n - 1, 1)
         # base rows to compare with: first untouched rows of the same patients (what an agent looking
         # at the question's patients sees beside the noise), then rows of other patients of the item
-        near = [i for i in rows if i not in touched]
+        near = [i for i in rows if i not in touched and slim[i][2]]
         want = 3 * len(touched)
         pick = rng.choice(near, size=min(len(near), want), replace=False).tolist() if near else []
         if len(pick) < want and subject != "NULL":
             per: dict[Any, list[int]] = {}
             for i, r in enumerate(slim):
-                if r[0] not in subjects:
+                if r[0] not in subjects and r[2]:
                     per.setdefault(r[0], []).append(i)
             chosen, have = [], 0
             for j in rng.permutation(len(per)).tolist():
@@ -133,12 +139,12 @@ def task_rows(session: OverlaySession, task: Task, rng: np.random.Generator) -> 
             if chosen:
                 more = session.con.execute(
                     f"SELECT * FROM {spec.qualified}{where}{(' AND ' if where else ' WHERE ')}subject_id IN "
-                    f"({', '.join('?' for _ in chosen)})", vals + sorted(chosen, key=str)).fetchall()
+                    f"({', '.join('?' for _ in chosen)}){f' AND {vcol} IS NULL' if null_only else ''}",
+                    vals + sorted(chosen, key=str)).fetchall()
                 at = sorted(i for key in chosen for i in per[key])
                 rows.update(zip(at, more))
                 pick += rng.choice(at, size=min(len(at), want - len(pick)), replace=False).tolist()
         pick = sorted(pick)
-        vcol = ev.value_col if ev.table == table else None
         tcol = ev.text_col if ev.table == table else None
         time_col = ev.time_col if ev.table == table else None
         for i in sorted(touched) + pick:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+import numpy as np
+
 from ehrgym.bench.noise import cleaning
 from ehrgym.bench.noise.base import ROWID, InjectContext, Injection, Injector, batch_size, register_injector
 from ehrgym.bench.noise.units import conversion_for
@@ -84,6 +86,32 @@ def _base_texts(ctx: InjectContext, digits: bool) -> list[str]:
         if ctx.max_ids[key]:
             return list(ctx.max_ids[key])
     return []
+
+
+MISSING_COLUMNS = ("comments", "flag")
+"""Columns a result without a number carries differently from a numeric one (the reason sits in the comments;
+no abnormal flag): copied, with the text column, from the base's own results without a number."""
+
+
+def _base_missing(ctx: InjectContext) -> list[tuple[dict[str, Any], int]]:
+    """How the base stores results of the same item without a number: ``({column: value}, rows)`` for the
+    text column and :data:`MISSING_COLUMNS` the table has, most frequent first (empty: the item has none)."""
+    ev = ctx.evidence
+    if not (ev.value_col and ev.item_col and ev.item_param and ev.item_param in ctx.params):
+        return []
+    names = table_spec(ev.table).column_names
+    cols = [c for c in ((ev.text_col,) if ev.text_col else ()) + MISSING_COLUMNS if c in names]
+    if not cols:
+        return []
+    item = int(ctx.params[ev.item_param])
+    key = ("missing", ev.table, item)
+    if key not in ctx.max_ids:
+        src = f"{ctx.base}.{table_spec(ev.table).qualified}"
+        ctx.max_ids[key] = [(dict(zip(cols, r[:-1])), int(r[-1])) for r in ctx.query(
+            f"SELECT {', '.join(cols)}, count(*) AS n FROM {src} WHERE {ev.item_col} = {item} AND "
+            f"{ev.value_col} IS NULL GROUP BY ALL ORDER BY n DESC, {', '.join(f'{c} NULLS FIRST' for c in cols)} "
+            f"LIMIT 50")]
+    return list(ctx.max_ids[key])
 
 
 def _item_decimals(ctx: InjectContext, itemid: int) -> int | None:
@@ -188,6 +216,11 @@ class UnitMismatch(Injector):
             # neighbours); rows whose answer cannot be recovered at that precision fail verification
             d = alt_decimals if alt_decimals is not None else decimals_of(row[ev.value_col])
             alt = with_decimals(conv.to_alt(row[ev.value_col], d), d)
+            v0 = float(row[ev.value_col])
+            if round((alt - conv.offset) / conv.scale, decimals_of(v0)) != v0:
+                # the filled-in decimal would move the value back in its own unit (9.6 g/dL → 96.7 g/L → 9.67):
+                # keep the plain conversion (96.0 g/L), as a whole number like many of the item's values
+                alt = conv.to_alt(v0, d)
             ch = _value_changes(ctx, alt, format_like(alt, row.get(ev.text_col) if ev.text_col else None))
             ch[ev.unit_col] = conv.alt_unit
             if conv.alt_itemid is not None:
@@ -224,10 +257,20 @@ class MissingValue(Injector):
         row = _focus(ctx)
         if row is None:
             return None
-        forms = list(_base_texts(ctx, digits=False)) or list(MISSING_PLACEHOLDERS)
-        placeholder = forms[int(ctx.rng.integers(0, min(len(forms), 5)))] if ev.text_col else None
-        changes = _value_changes(ctx, None, placeholder)
-        desc = f"{ev.value_col} NULL" + (f", {ev.text_col} {placeholder!r}" if ev.text_col else "")
+        own = _base_missing(ctx)
+        if own:
+            # written as the hospital writes this item's results without a number (a weighted draw of its forms)
+            w = np.array([n for _, n in own], dtype=float)
+            k = int(np.searchsorted(np.cumsum(w) / w.sum(), ctx.rng.random(), side="right"))
+            form = own[min(k, len(own) - 1)][0]
+            changes = {ev.value_col: None, **form}
+            placeholder = form.get(ev.text_col) if ev.text_col else None
+            desc = f"{ev.value_col} NULL" + "".join(f", {c} {v!r}" for c, v in form.items())
+        else:
+            forms = list(_base_texts(ctx, digits=False)) or list(MISSING_PLACEHOLDERS)
+            placeholder = forms[int(ctx.rng.integers(0, min(len(forms), 5)))] if ev.text_col else None
+            changes = _value_changes(ctx, None, placeholder)
+            desc = f"{ev.value_col} NULL" + (f", {ev.text_col} {placeholder!r}" if ev.text_col else "")
         kind, reason = self.expected(ctx.template)
         if kind == "abstain":
             return Injection(self.spec(Overlay((_replace(ctx, row, changes),)), description=desc), kind, reason)

@@ -34,8 +34,9 @@ What is inside (all 31 tables of ``mimiciv_hosp`` / ``mimiciv_icu``, exact v2.2 
   event table except chartevents (about 1,300 rows per stay against 4,600: fewer items are charted, to
   keep the build fast).
 * **Everyday messiness** (not benchmark noise): outpatient labs and cultures at clinic visits and ED visits
-  without admission (:mod:`.outpatient`), all with NULL ``hadm_id`` and never during a stay, text lab results with NULL ``valuenum`` (never for the reference
-  items), comments, results without reference range (and so without flag), spelling variants of drugs,
+  without admission (:mod:`.outpatient`), all with NULL ``hadm_id`` and never during a stay, text lab results with NULL ``valuenum`` (for the reference items
+  too: 0.35 % of their rows against the demo's 0.42 %, NULL ``value`` and the reason — '___', 'UNABLE TO
+  REPORT.', '<0.2.' — in ``comments``, as MIMIC-IV stores them), comments, results without reference range (and so without flag), spelling variants of drugs,
   order entry stamped to the second (charting to the minute).
 * **Clean**: unique natural keys and ids, no duplicate rows, every event inside the admission or
   ICU stay it is linked to, whole-minute timestamps, one unit per item.

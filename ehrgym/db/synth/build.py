@@ -22,7 +22,7 @@ from ehrgym.db.synth.timeline import Cohort, build_cohort
 from ehrgym.db.synth.writer import TableData, insert
 from ehrgym.errors import DatabaseError
 
-RELEASE = "ehrgym-synth-3"
+RELEASE = "ehrgym-synth-4"
 """Generator version: bumped whenever the data of a given ``(patients, seed)`` change (2: denser chartevents; 3: the
 demo catalog's breadth, MIMIC-IV volumes, outpatient rows and text results, calmer vitals), so
 that a cached database of an older generator is rebuilt, not reused."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -227,6 +228,42 @@ def _background(rng: np.random.Generator, mean: np.ndarray, weight: np.ndarray,
     return o[keep], pick_[keep]
 
 
+MISSING_FLOOR = 0.002
+"""Share of results without a number for reference items that have none in the demo (the demo's pooled rate
+over the reference items, troponin T left out: 130 of 65,172 rows), written as MIMIC's de-identified '___'."""
+MISSING_CAP = 0.05
+"""At most this share of a reference item's results is without a number (troponin T: 52 % in the demo, mostly
+the censored '<0.01.' — capped so that troponin questions keep patients with complete evidence)."""
+
+
+@lru_cache(maxsize=1)
+def _missing_tables(n_ref: int, rows: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, int]:
+    cat_ = catalog.labs()
+    texts = catalog.lab_texts()
+    row = np.array(rows, dtype=np.int64)
+    own = (row >= 0) & texts.has(np.maximum(row, 0))
+    p_own = np.where(row >= 0, cat_.p_text[np.maximum(row, 0)], 0.0)
+    p = np.where(own & (p_own > 0), np.minimum(p_own, MISSING_CAP), MISSING_FLOOR)
+    redacted = next(k for k, (v, c) in enumerate(zip(texts.labels, texts.extra)) if v is None and c == "___")
+    return p, np.where(own & (p_own > 0), row, -1), redacted
+
+
+def _reference_missing(n_ref: int, catalog_row: np.ndarray):
+    """(probability of a result without a number per reference position, a function drawing the text index
+    of such results): the item's demo text forms where the demo has some, else the de-identified '___'."""
+    p, row, redacted = _missing_tables(n_ref, tuple(int(x) for x in catalog_row[:n_ref]))
+    texts = catalog.lab_texts()
+
+    def draw(rng: np.random.Generator, item: np.ndarray) -> np.ndarray:
+        out = np.full(item.size, redacted, dtype=np.int64)
+        own = row[item] >= 0
+        if own.any():
+            out[own] = texts.draw(rng, row[item[own]])
+        return out
+
+    return p, draw
+
+
 RECENTRE = 0.5
 """Share of the average condition shift taken off every draw (see ``generate``)."""
 LAB_CHUNK_PATIENTS = 2000
@@ -399,8 +436,20 @@ def _chunk(rng: np.random.Generator, c: Cohort, refs: list[ItemRef], col: dict[i
     r = LabRows(*(getattr(rows, f)[order] for f in LabRows.__dataclass_fields__))
     n = r.t.size
 
+    # reference items: MIMIC's results without a number (NULL value and valuenum, the reason in the comments —
+    # '___', 'UNABLE TO REPORT.', '<0.2.' …), at the item's demo rate with its demo forms (see _reference_missing)
+    n_ref = len(refs)
+    p_missing, missing_text = _reference_missing(n_ref, catalog_row)
+    is_ref = r.item < n_ref
+    cand = np.flatnonzero(is_ref)
+    gone = cand[rng.random(cand.size) < p_missing[r.item[cand]]]
+    if gone.size:
+        r.val[gone] = np.nan
+        r.text[gone] = missing_text(rng, r.item[gone])
     numeric = ~np.isnan(r.val)
-    has_range = numeric.copy()
+    # text results of the reference items keep the item's unit and reference range, as in MIMIC-IV
+    ref_text = is_ref & ~numeric
+    has_range = numeric | ref_text
     maybe_gap = np.flatnonzero(numeric & (p_no_range[r.item] > 0))
     has_range[maybe_gap] = rng.random(maybe_gap.size) >= p_no_range[r.item[maybe_gap]]
     ref_lo = np.where(has_range, range_lo[r.item], 0.0)
@@ -440,7 +489,7 @@ def _chunk(rng: np.random.Generator, c: Cohort, refs: list[ItemRef], col: dict[i
         "storetime": ts(store),
         "value": cat(value, value_labels),
         "valuenum": floats(np.nan_to_num(r.val), null=~numeric),
-        "valueuom": cat(np.where(numeric, r.item, -1), units),
+        "valueuom": cat(np.where(numeric | ref_text, r.item, -1), units),
         "ref_range_lower": floats(ref_lo, null=~has_range),
         "ref_range_upper": floats(ref_hi, null=~has_range),
         "flag": cat(np.where(abnormal, 0, -1), ["abnormal"]),
