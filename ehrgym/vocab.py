@@ -1,4 +1,4 @@
-"""Closed vocabularies shared by every stage (DESIGN.md §2)."""
+"""Closed vocabularies shared by every stage (docs/architecture.md §3)."""
 
 from __future__ import annotations
 

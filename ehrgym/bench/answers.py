@@ -1,7 +1,7 @@
 """Typed answers: turning SQL results into gold values, normalising and comparing them.
 
 Shared by the builder (gold values, verification) and the verifier (scoring agents), so the
-two can never disagree on what "equal" means (DESIGN.md, Verifier).
+two can never disagree on what "equal" means (docs/architecture.md §4, verifier).
 
 Strict parsing of an agent's answer (the verifier's reward must not be gameable). A value that
 is already typed (a Python number, bool, list, date) is read as it is. A text answer is read

@@ -1,4 +1,4 @@
-"""The task record (DESIGN.md §2) and its JSONL form.
+"""The task record (docs/architecture.md §3) and its JSONL form.
 
 A task is one question with everything needed to run and verify it. The clean task and its
 noisy twin share ``pair_id``. ``gold_sql`` yields the expected answer on the task's own

@@ -1,4 +1,4 @@
-"""Episodes: an agent meets a task (DESIGN.md §3).
+"""Episodes: an agent meets a task (docs/architecture.md §4).
 
 ``EhrEnv(db_path)`` holds one warm episode connection (see :mod:`ehrgym.env.pool`), so
 ``reset(task)`` only re-points the views the task's overlay touches and builds the first

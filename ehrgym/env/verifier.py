@@ -1,4 +1,4 @@
-"""Scoring a final answer against a task's expected outcome (DESIGN.md, Verifier).
+"""Scoring a final answer against a task's expected outcome (docs/architecture.md §4, verifier).
 
 A pure function: typed comparison comes from :mod:`ehrgym.bench.answers` (the builder uses the
 same code, so builder and verifier cannot disagree), which parses an answer strictly: one

@@ -1,4 +1,4 @@
-"""Metrics over run directories (DESIGN.md §4): tidy pandas tables from ``episodes.jsonl``.
+"""Metrics over run directories (docs/architecture.md §5): tidy pandas tables from ``episodes.jsonl``.
 
 Python API::
 

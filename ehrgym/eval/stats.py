@@ -1,4 +1,4 @@
-"""Pure statistical estimators used by the metrics (DESIGN.md §4).
+"""Pure statistical estimators used by the metrics (docs/architecture.md §5).
 
 Everything here is a pure function of its arguments: no I/O, no global state, randomness only
 from an explicit ``seed`` (``numpy.random.Generator``).

@@ -1,4 +1,4 @@
-"""Noise injectors, one per subtype of DESIGN.md's taxonomy, in one registry (``INJECTORS``).
+"""Noise injectors, one per subtype of the noise taxonomy (docs/architecture.md §3), in one registry (``INJECTORS``).
 
 Importing this package registers all thirteen. To add a subtype: subclass
 :class:`~ehrgym.bench.noise.base.Injector`, set ``subtype``, implement ``inject`` and decorate the

@@ -1,7 +1,7 @@
 """The noise-injector model and its one registry.
 
-An injector is one small object per subtype of DESIGN.md's taxonomy. ``applies(template)`` says
-whether it can corrupt a template at all; ``inject(ctx)`` returns an :class:`Injection` for one
+An injector is one small object per subtype of the noise taxonomy (docs/architecture.md §3).
+``applies(template)`` says whether it can corrupt a template at all; ``inject(ctx)`` returns an :class:`Injection` for one
 sampled entity — the :class:`~ehrgym.bench.task.NoiseSpec` (overlay and/or question edit), the
 expected outcome, and for recoverable noise the cleaners whose robust gold SQL recovers the
 answer — or ``None`` when this entity cannot carry the noise.
