@@ -216,7 +216,7 @@ register(
                                 "AND e.charttime BETWEEN s.intime AND s.intime + INTERVAL 48 HOUR",
                           focus="min", aggregate=True, extreme="low"),
         noise=("missing_evidence", "conflicting_records", "implausible_value", "unit_mismatch", "encoding_corruption",
-               "nonexistent_entity", "false_premise", "lexical_variation", "out_of_scope"),
+               "nonexistent_entity", "lexical_variation", "out_of_scope"),
         entity_ref="stay_id", lexical="lab", premise=ICU48_PREMISE,
         description="lowest lab value in the first 48 hours of an ICU stay",
     ),
@@ -349,7 +349,7 @@ WHERE careunit IN ({ICU_CAREUNITS}) AND eventtype IN ('admit', 'transfer') AND o
                           key=("subject_id", "intime"), id_col="stay_id", time_col="intime",
                           window=ADMISSION_WINDOW, category_col="first_careunit", focus="any"),
         # (no conflicting records: a copy of a stay in another unit leaves the unit's stay, and the answer)
-        noise=("duplicate_records", "missing_evidence", "temporal_mismatch", "lexical_variation", "out_of_scope"),
+        noise=("duplicate_records", "missing_evidence", "lexical_variation"),
         lexical="unit_name", time_window=PERIOD_WINDOW,
         description="mean ICU length of stay of a unit's early ICU admissions after emergency admission",
     ),
