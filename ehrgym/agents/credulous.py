@@ -33,7 +33,7 @@ class CredulousAgent(Agent):
     def reset(self, observation: Any, briefing: Briefing) -> None:
         super().reset(observation, briefing)
         if briefing.draft_sql is None:
-            raise AgentError("the credulous agent needs the draft SQL (DRAFT briefing)")
+            raise AgentError(f"the {self.name} agent needs the draft SQL (DRAFT briefing)")
         self._sql = briefing.draft_sql
         self._type = briefing.answer_type
         self._ran = False
@@ -42,6 +42,9 @@ class CredulousAgent(Agent):
         if not self._ran:
             self._ran = True
             return SqlAction(self._sql or "")
-        result = read_result(observation)
+        return self.answer(read_result(observation))
+
+    def answer(self, result: Any) -> Action:
+        """The final action once the draft query's result is back."""
         value = rows_to_value(result.rows, self._type) if result.ok else None
         return AnswerAction(value, explanation="credulous: the query result")

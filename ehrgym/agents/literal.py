@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ehrgym.agents.base import Agent, Briefing, Concurrency, Entitlement
+from ehrgym.agents.credulous import CredulousAgent
 from ehrgym.agents.registry import register_agent
-from ehrgym.agents.scripted import read_result, rows_to_value
-from ehrgym.env.actions import Action, AnswerAction, SqlAction
-from ehrgym.errors import AgentError
+from ehrgym.agents.scripted import rows_to_value
+from ehrgym.env.actions import Action, AnswerAction
 
 ABSTAIN_REASON = "insufficient_evidence"
 
@@ -31,32 +30,10 @@ def is_empty(value: Any) -> bool:
 
 
 @register_agent("literal")
-class LiteralAgent(Agent):
+class LiteralAgent(CredulousAgent):
     """Runs the draft SQL; abstains (insufficient_evidence) on an empty/NULL result, else answers it."""
 
-    entitlement = Entitlement.DRAFT
-    concurrency = Concurrency.PROCESS
-    env_defaults = {"schema_summary": False}
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._sql: str | None = None
-        self._type: str | None = None
-        self._ran = False
-
-    def reset(self, observation: Any, briefing: Briefing) -> None:
-        super().reset(observation, briefing)
-        if briefing.draft_sql is None:
-            raise AgentError("the literal agent needs the draft SQL (DRAFT briefing)")
-        self._sql = briefing.draft_sql
-        self._type = briefing.answer_type
-        self._ran = False
-
-    def act(self, observation: Any) -> Action:
-        if not self._ran:
-            self._ran = True
-            return SqlAction(self._sql or "")
-        result = read_result(observation)
+    def answer(self, result: Any) -> Action:
         if not result.ok:
             return AnswerAction(abstain=ABSTAIN_REASON, explanation="literal: the query failed")
         value = rows_to_value(result.rows, self._type)
