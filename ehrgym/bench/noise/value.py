@@ -152,15 +152,9 @@ def _value_changes(ctx: InjectContext, value: float | None, text: str | None) ->
     return out
 
 
-@register_injector
-class ImplausibleValue(Injector):
-    subtype = "implausible_value"
-    requires = ("value_col",)
-    description = "a physiologically impossible value (decimal slip or sign error)"
-    outcome, reason = "abstain", "implausible_value"
-    rationale = ("a value outside physiology and the real data's 0.1-99.9 % range, not readable in another unit: "
-                 "one such row deciding the answer leaves nothing to answer with; an extra such row among "
-                 "many is dropped by a plausibility filter")
+class _UnreadableValue(Injector):
+    """A value that cannot be used: abstain when it alone decides the answer, answer without it in an
+    aggregate; never on a column that other columns give back exactly."""
 
     def label_problem(self, template) -> str | None:
         ev = template.evidence
@@ -170,6 +164,17 @@ class ImplausibleValue(Injector):
 
     def expected(self, template) -> tuple[str, str | None]:
         return ("answer", None) if template.evidence.aggregate else ("abstain", self.reason)
+
+
+@register_injector
+class ImplausibleValue(_UnreadableValue):
+    subtype = "implausible_value"
+    requires = ("value_col",)
+    description = "a physiologically impossible value (decimal slip or sign error)"
+    outcome, reason = "abstain", "implausible_value"
+    rationale = ("a value outside physiology and the real data's 0.1-99.9 % range, not readable in another unit: "
+                 "one such row deciding the answer leaves nothing to answer with; an extra such row among "
+                 "many is dropped by a plausibility filter")
 
     def inject(self, ctx: InjectContext) -> Injection | None:
         ev = ctx.evidence
@@ -235,22 +240,13 @@ class UnitMismatch(Injector):
 
 
 @register_injector
-class MissingValue(Injector):
+class MissingValue(_UnreadableValue):
     subtype = "missing_value"
     requires = ("value_col",)
     description = "the numeric result is missing (NULL, with the text the database uses for that)"
     outcome, reason, empty_is_trap = "abstain", "insufficient_evidence", True
     rationale = ("the deciding result has no number: nothing gives the answer; an extra valueless row among many "
                  "is simply not counted")
-
-    def label_problem(self, template) -> str | None:
-        ev = template.evidence
-        if derivable(ev.table, ev.value_col):
-            return f"{ev.table}.{ev.value_col} is recovered exactly from other columns"
-        return super().label_problem(template)
-
-    def expected(self, template) -> tuple[str, str | None]:
-        return ("answer", None) if template.evidence.aggregate else ("abstain", self.reason)
 
     def inject(self, ctx: InjectContext) -> Injection | None:
         ev = ctx.evidence
