@@ -199,23 +199,29 @@ class IsolatedConnection:
     def raw(self, sql: str) -> list[tuple[Any, ...]]:
         return self._control("raw", sql)
 
-    def run(self, sql: str, limits: SqlLimits, watchdog: Watchdog | None = None) -> QueryResult:
+    def _query(self, op: str, sql: str, limits: SqlLimits) -> tuple[str, Any]:
+        """Run ``op`` in the child under the kill deadline; a kill comes back as ("killed", (kind, message))."""
         self.dirty = True
-        status, value = self._call("run", sql, limits, kill_after=limits.timeout_s + self.settings.kill_grace_s)
+        status, value = self._call(op, sql, limits, kill_after=limits.timeout_s + self.settings.kill_grace_s)
+        if status == "killed":
+            return status, self._kill_message(value, limits)
+        return status, value
+
+    def run(self, sql: str, limits: SqlLimits, watchdog: Watchdog | None = None) -> QueryResult:
+        status, value = self._query("run", sql, limits)
         if status == "ok":
             return value
         if status == "killed":
-            kind, msg = self._kill_message(value, limits)
+            kind, msg = value
             return QueryResult(error=msg, error_kind=kind)
         return QueryResult(error=str(value), error_kind="database")
 
     def frame(self, sql: str, limits: SqlLimits, watchdog: Watchdog | None = None) -> bytes:
-        self.dirty = True
-        status, value = self._call("frame", sql, limits, kill_after=limits.timeout_s + self.settings.kill_grace_s)
+        status, value = self._query("frame", sql, limits)
         if status == "ok":
             return value
         if status == "killed":
-            kind, msg = self._kill_message(value, limits)
+            kind, msg = value
             raise QueryError(msg, kind)
         raise value if isinstance(value, QueryError) else QueryError(str(value))
 
