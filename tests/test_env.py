@@ -139,6 +139,7 @@ def test_step_limit_ends_without_answer(tiny_db: Path) -> None:
         assert "1 step left" in r.observation.text
         r = env.step(SqlAction("SELECT 1"))
         assert r.done and r.reward == 0.0 and r.info["termination"] == "step_limit"
+        assert r.truncated and not r.terminated  # Gymnasium: cut off, not a natural end
         assert r.info["verdict"]["failure"] == "no_answer" and "Step limit" in r.observation.text
         assert env.trajectory.termination == "step_limit"
 
@@ -146,8 +147,29 @@ def test_step_limit_ends_without_answer(tiny_db: Path) -> None:
 def test_time_limit_ends_without_answer(tiny_db: Path) -> None:
     with EhrEnv(tiny_db, EnvConfig(episode_timeout_s=0.0, python=False)) as env:
         env.reset(last_creat_task())
+        assert env.expired
         r = env.step(SqlAction("SELECT 1"))
         assert r.done and r.info["termination"] == "time_limit" and r.info["verdict"]["failure"] == "no_answer"
+        assert r.truncated and not r.terminated
+
+
+def test_answers_terminate_and_every_step_unpacks_like_gymnasium(tiny_db: Path) -> None:
+    with EhrEnv(tiny_db, EnvConfig(python=False)) as env:
+        env.reset(last_creat_task())
+        obs, reward, terminated, truncated, info = env.step(SqlAction("SELECT 1"))
+        assert (reward, terminated, truncated) == (0.0, False, False) and info["tool"] == "sql"
+        for answer in ("ANSWER: 1.4", "ABSTAIN: insufficient_evidence: none measured"):
+            env.reset(last_creat_task())
+            r = env.step(answer)
+            assert r.terminated and not r.truncated and r.done
+
+
+def test_one_cap_bounds_every_observation(tiny_db: Path) -> None:
+    with EhrEnv(tiny_db, EnvConfig(python=False, max_observation_chars=300)) as env:
+        first = env.reset(last_creat_task())
+        assert len(first.text) <= 300 and first.text.endswith("[output truncated to 300 characters]")
+        for action in (SqlAction("SELECT repeat('x', 5000)"), SqlAction("SELEC 1" + " x" * 500)):
+            assert len(env.step(action).observation.text) <= 300
 
 
 def test_use_out_of_order_is_a_clear_error(tiny_db: Path) -> None:

@@ -3,9 +3,9 @@
 The runner drives every agent the same way::
 
     agent.reset(first_observation, briefing)
-    while not done:
+    while not (terminated or truncated):
         action = agent.act(observation)      # SqlAction | PythonAction | AnswerAction
-        observation, reward, done, info = env.step(action)
+        observation, reward, terminated, truncated, info = env.step(action)
 
 What an agent may know besides the observations is explicit and auditable: each agent class
 declares an :class:`Entitlement` and the runner builds the :class:`Briefing` from it.

@@ -15,7 +15,7 @@ Many episodes run concurrently against one database file: give several environme
         print(obs.text)                                  # question, tools, protocol, schema
         r = env.step(SqlAction("SELECT count(*) FROM labevents"))   # or text: "SQL: ..."
         r = env.step("ABSTAIN: insufficient_evidence: no creatinine was measured")
-        r.reward, r.info["verdict"], env.trajectory.to_dict()
+        r.reward, r.terminated, r.truncated, r.info["verdict"], env.trajectory.to_dict()
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class EnvConfig:
     """Limits and presentation of an episode."""
 
     max_steps: int = 20                      # actions per episode, the final answer included
-    episode_timeout_s: float | None = None   # wall-clock limit of an episode (None: no limit)
+    episode_timeout_s: float | None = None   # the one wall-clock limit of an episode (None: no limit)
     sql: SqlLimits = field(default_factory=SqlLimits)
     connection: ConnectionSettings = field(default_factory=ConnectionSettings)
     python: bool = True                      # offer the python tool
@@ -54,7 +54,7 @@ class EnvConfig:
     scoring: str = "strict"                  # reward on abstentions: strict (reason must match) | lenient
     schema_summary: bool = True              # show the compact schema in the first observation
     gate_check: str = "tokens"               # the SQL gate's DuckDB layer: tokens (lexer) | ast (full parse)
-    max_observation_chars: int = 20_000
+    max_observation_chars: int = 20_000      # the one cap on any observation text the agent gets
 
     @property
     def tools(self) -> tuple[str, ...]:
@@ -87,13 +87,25 @@ class Observation:
 
 @dataclass
 class StepResult:
+    """One step's outcome, with Gymnasium's meaning of the two end flags.
+
+    ``terminated``: the episode reached its natural end (the agent answered or abstained);
+    ``truncated``: it was cut off (step limit, time limit, aborted) — the verdict then scores a
+    missing answer. ``done`` is either of them.
+    """
+
     observation: Observation
     reward: float
-    done: bool
+    terminated: bool
+    truncated: bool
     info: dict[str, Any]
 
-    def __iter__(self):  # ``obs, reward, done, info = env.step(a)``
-        return iter((self.observation, self.reward, self.done, self.info))
+    @property
+    def done(self) -> bool:
+        return self.terminated or self.truncated
+
+    def __iter__(self):  # ``obs, reward, terminated, truncated, info = env.step(a)``, as in Gymnasium
+        return iter((self.observation, self.reward, self.terminated, self.truncated, self.info))
 
 
 @lru_cache(maxsize=8)
@@ -259,8 +271,7 @@ class EhrEnv:
             reward = self._end_without_answer("step_limit", obs,
                                               f"Step limit of {self.config.max_steps} reached; the episode "
                                               f"ended without an answer.")
-        elif self.config.episode_timeout_s is not None and \
-                time.perf_counter() - self._started > self.config.episode_timeout_s:
+        elif self.expired:
             reward = self._end_without_answer("time_limit", obs,
                                               f"Time limit of {self.config.episode_timeout_s:g} s reached; "
                                               f"the episode ended without an answer.")
@@ -268,6 +279,7 @@ class EhrEnv:
         obs.steps_left = max(0, self.config.max_steps - self.steps)
         if not self.done and obs.steps_left <= 2:
             obs.text += f"\n[{obs.steps_left} step{'s' if obs.steps_left != 1 else ''} left]"
+        obs.text = self._truncate(obs.text)
         seconds = time.perf_counter() - t0
         info.update({"step": self.steps, "steps_left": obs.steps_left, "seconds": seconds})
         if self.done:
@@ -278,7 +290,14 @@ class EhrEnv:
             self._drop_worker()
         self.trajectory.steps.append(TrajectoryStep(self.steps, action_record, obs.text, reward, self.done, seconds,
                                                     _jsonable(info), dict(usage or {})))
-        return StepResult(obs, reward, self.done, info)
+        terminated = self.done and isinstance(parsed, AnswerAction)
+        return StepResult(obs, reward, terminated, self.done and not terminated, info)
+
+    @property
+    def expired(self) -> bool:
+        """The episode's wall-clock limit (``EnvConfig.episode_timeout_s``) has run out."""
+        limit = self.config.episode_timeout_s
+        return limit is not None and self.task is not None and time.perf_counter() - self._started > limit
 
     def abort(self, termination: str = "agent_error") -> Verdict:
         """End the current episode without an answer (e.g. the agent crashed)."""
@@ -392,7 +411,7 @@ class EhrEnv:
         if cfg.schema_summary:
             parts += [self._schema_summary(), ""]
         parts.append(f"You have {cfg.max_steps} steps (tool calls, the final answer included).")
-        return "\n".join(parts)
+        return self._truncate("\n".join(parts))
 
     def _schemas(self) -> tuple[str, ...]:
         """The schemas the episode exposes (its profile's; MIMIC-IV's by default)."""
@@ -439,7 +458,8 @@ class EhrEnv:
         limit = self.config.max_observation_chars
         if len(text) <= limit:
             return text
-        return text[:limit] + f"\n[output truncated to {limit} characters]"
+        note = f"\n[output truncated to {limit} characters]"
+        return text[:max(0, limit - len(note))] + note
 
 
 @action_handler(SqlAction)

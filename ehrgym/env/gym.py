@@ -56,7 +56,7 @@ class EhrGymEnv(gymnasium.Env):
 
     def __init__(self, db_path: str | Path, bench_dir: str | Path | None = None, tasks: list[Task] | None = None,
                  config: EnvConfig = EnvConfig(), split: str | None = None, render_mode: str | None = None,
-                 max_observation_chars: int = 100_000, max_action_chars: int = 20_000,
+                 max_action_chars: int = 20_000,
                  timings_in_info: bool = False) -> None:
         if (bench_dir is None) == (tasks is None):
             raise BenchmarkError("give exactly one of bench_dir (a built benchmark) or tasks (a list of Task)")
@@ -78,16 +78,11 @@ class EhrGymEnv(gymnasium.Env):
         self.by_id = {**{t.public_id: t for t in tasks}, **{t.task_id: t for t in tasks}}
         self.render_mode = render_mode
         self.timings_in_info = timings_in_info
-        self.max_observation_chars = max_observation_chars
-        self.observation_space = UnicodeText(max_observation_chars)
+        # the environment's own cap (EnvConfig.max_observation_chars) bounds every observation
+        self.max_observation_chars = self.env.config.max_observation_chars
+        self.observation_space = UnicodeText(self.max_observation_chars)
         self.action_space = UnicodeText(max_action_chars)
         self._last_text = ""
-
-    def _clip(self, text: str) -> str:
-        if len(text) <= self.max_observation_chars:
-            return text
-        note = "\n[observation truncated]"
-        return text[: self.max_observation_chars - len(note)] + note
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
@@ -99,7 +94,7 @@ class EhrGymEnv(gymnasium.Env):
         else:
             task = self.tasks[int(self.np_random.integers(len(self.tasks)))]
         obs = self.env.reset(task)
-        self._last_text = self._clip(obs.text)
+        self._last_text = obs.text
         info = {"task_id": task.public_id, "intent": task.intent, "level": task.level,
                 "max_steps": self.env.config.max_steps}
         return self._last_text, info
@@ -123,10 +118,8 @@ class EhrGymEnv(gymnasium.Env):
             for key in _TIMING_KEYS:
                 info.pop(key, None)
         info["task_id"] = result.observation.task_id
-        termination = info.get("termination")
-        terminated = bool(result.done and termination in ("answered", "abstained"))
-        truncated = bool(result.done and not terminated)
-        self._last_text = self._clip(result.observation.text)
+        terminated, truncated = result.terminated, result.truncated
+        self._last_text = result.observation.text
         if self.render_mode == "human":
             print(self._last_text)
         return self._last_text, float(result.reward), terminated, truncated, info

@@ -108,7 +108,10 @@ class EpisodeWorker:
         from ehrgym.env.episode import EhrEnv, EnvConfig
 
         self.cfg = cfg
-        self.env = EhrEnv(cfg.db_path, EnvConfig(**cfg.env_config))
+        env_config = dict(cfg.env_config)
+        if cfg.episode_time_limit is not None:  # the environment owns the one wall-clock limit
+            env_config["episode_timeout_s"] = cfg.episode_time_limit
+        self.env = EhrEnv(cfg.db_path, EnvConfig(**env_config))
         self.agent = make_agent(cfg.agent_name, **cfg.agent_kwargs)
         self._unsafe_label: str | None = None
         if cfg.env_config.get("python_unsafe"):
@@ -146,9 +149,8 @@ class EpisodeWorker:
         final: AnswerAction | None = None
         error: str | None = None
         steps = sql_errors = 0
-        limit = self.cfg.episode_time_limit
         while not env.done:
-            if limit is not None and time.perf_counter() - start > limit:
+            if env.expired:   # the agent's own thinking used up the episode's time
                 env.abort("time_limit")
                 break
             before = _usage_snapshot(agent)
