@@ -33,6 +33,15 @@ ABSTAIN_REASONS: tuple[str, ...] = (
     "out_of_scope",
 )
 
+# How an episode ended (the runner's and the environment's one list) and why a scored episode failed
+TERMINATIONS: tuple[str, ...] = (
+    "answered", "abstained", "step_limit", "time_limit", "agent_error", "infrastructure_error",
+)
+FAILURES: tuple[str, ...] = (  # None on success
+    "wrong_value", "wrong_type", "false_abstention", "missed_abstention", "wrong_reason",
+    "no_answer",  # step/time limit or agent error before answering
+)
+
 ANSWER_TYPES: tuple[str, ...] = ("number", "integer", "string", "set", "list", "datetime", "date", "boolean")
 
 # Reason equivalence under strict scoring. When the evidence an agent can see cannot tell two

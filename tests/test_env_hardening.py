@@ -289,9 +289,21 @@ def test_an_episode_without_isolation_gets_a_refusal_not_a_weak_sandbox(tiny_db:
         env.reset(last_creat_task())
         r = env.step(PythonAction("print(open('/etc/hostname').read())"))
         assert "refuses to start" in r.observation.text and r.info["error"]
-        t0 = time.monotonic()
-        assert "refuses to start" in env.step(PythonAction("print(1)")).observation.text
-        assert time.monotonic() - t0 < 0.5, "the refusal is remembered, not probed again"
+        import ehrgym.env.pyworker as pw
+
+        probes: list[int] = []
+        probe = pw.PythonWorkerPool.__init__
+
+        def counting(self: Any, *args: Any, **kwargs: Any) -> None:
+            probes.append(1)
+            probe(self, *args, **kwargs)
+
+        pw.PythonWorkerPool.__init__ = counting  # type: ignore[method-assign]
+        try:
+            assert "refuses to start" in env.step(PythonAction("print(1)")).observation.text
+        finally:
+            pw.PythonWorkerPool.__init__ = probe  # type: ignore[method-assign]
+        assert probes == [], "the refusal is remembered, not probed again"
 
 
 def test_a_run_refuses_to_start_unless_unsafe_is_chosen_and_then_says_so(no_os_isolation: None) -> None:

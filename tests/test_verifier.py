@@ -8,7 +8,7 @@ from ehrgym.bench.answers import AnswerSpec
 from ehrgym.bench.task import Expected, NoiseSpec, Task
 from ehrgym.env.actions import AnswerAction
 from ehrgym.env.verifier import Verdict, verify
-from ehrgym.eval.records import FAILURES
+from ehrgym.vocab import FAILURES
 
 
 def task(expected: Expected, variant: str = "clean") -> Task:

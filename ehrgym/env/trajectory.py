@@ -34,7 +34,7 @@ class Trajectory:
     initial_observation: str = ""
     steps: list[TrajectoryStep] = field(default_factory=list)
     verdict: dict[str, Any] | None = None
-    termination: str | None = None     # one of eval.records.TERMINATIONS once done
+    termination: str | None = None     # one of vocab.TERMINATIONS once done
     reset_seconds: float = 0.0
     wall_seconds: float = 0.0
     version: int = TRAJECTORY_VERSION

@@ -17,7 +17,7 @@ from typing import Any
 from ehrgym.bench.answers import NotComparable, answers_match, format_answer, normalise
 from ehrgym.bench.task import Task
 from ehrgym.env.actions import AnswerAction
-from ehrgym.eval.records import FAILURES
+from ehrgym.vocab import FAILURES
 from ehrgym.vocab import accepted_reasons
 
 SCORINGS: tuple[str, ...] = ("strict", "lenient")
@@ -25,7 +25,7 @@ SCORINGS: tuple[str, ...] = ("strict", "lenient")
 
 @dataclass(frozen=True)
 class Verdict:
-    """Why an episode succeeded or failed. ``failure`` is one of ``records.FAILURES`` or None."""
+    """Why an episode succeeded or failed. ``failure`` is one of ``vocab.FAILURES`` or None."""
 
     success_strict: bool
     success_lenient: bool

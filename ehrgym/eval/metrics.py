@@ -37,9 +37,9 @@ import pandas as pd
 
 from ehrgym.errors import EhrGymError, ResultsError
 from ehrgym.eval import stats
-from ehrgym.eval.records import TERMINATIONS, EpisodeRecord
+from ehrgym.eval.records import EpisodeRecord
 from ehrgym.eval.store import EPISODES_FILE, iter_episode_dicts, read_run_config
-from ehrgym.vocab import INTENTS, LEVELS, NOISE_LEVELS, NOISE_SUBTYPES, SPLITS, VARIANTS
+from ehrgym.vocab import INTENTS, LEVELS, NOISE_LEVELS, NOISE_SUBTYPES, SPLITS, TERMINATIONS, VARIANTS
 from ehrgym.registry import Registry
 
 __all__ = [

@@ -10,18 +10,11 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
 from ehrgym.errors import ResultsError
+from ehrgym.vocab import FAILURES, TERMINATIONS
+
+__all__ = ["EpisodeRecord", "FAILURES", "RECORD_VERSION", "TERMINATIONS"]
 
 RECORD_VERSION = 1
-
-TERMINATIONS: tuple[str, ...] = (
-    "answered", "abstained", "step_limit", "time_limit", "agent_error", "infrastructure_error",
-)
-
-FAILURES: tuple[str, ...] = (  # why a scored episode failed (None on success)
-    "wrong_value", "wrong_type", "false_abstention", "missed_abstention", "wrong_reason",
-    "no_answer",  # step/time limit or agent error before answering
-)
-
 
 @dataclass
 class EpisodeRecord:
