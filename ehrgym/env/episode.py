@@ -119,7 +119,46 @@ def schema_summary(profile: Any = None) -> str:
     return "\n".join(lines)
 
 
-ActionHandler = Callable[["EhrEnv", Any], tuple[Observation, dict[str, Any]]]
+class ToolContext:
+    """What a tool handler may use of its episode, and nothing else.
+
+    Handlers never reach into the environment's internals: they run gated SQL, borrow the
+    episode's Python worker, and clip text to the one observation cap through this object.
+    The task (and so its labels) is deliberately not part of it.
+    """
+
+    __slots__ = ("_env",)
+
+    def __init__(self, env: "EhrEnv") -> None:
+        self._env = env
+
+    @property
+    def config(self) -> EnvConfig:
+        return self._env.config
+
+    def run_sql(self, query: str) -> Any:
+        """One gated query with the episode's limits (an :class:`~ehrgym.env.sqltool.QueryOutcome`)."""
+        env = self._env
+        return run_query(env.gate, env.conn, env.pool.watchdog, query, env.config.sql)
+
+    def sql_frame_pickled(self, query: str) -> bytes:
+        """One gated query as a pickled DataFrame, for the Python worker's ``sql()``."""
+        return self._env._sql_frame_pickled(query)
+
+    def python_worker(self) -> Any:
+        """The episode's Python worker (started on first use; raises if the host cannot sandbox it)."""
+        return self._env._python_worker()
+
+    def drop_python_worker(self) -> None:
+        """Discard the episode's Python worker (after it was killed); the next use starts a fresh one."""
+        self._env._drop_worker()
+
+    def clip(self, text: str) -> str:
+        """``text`` cut to the environment's one observation cap, saying so."""
+        return self._env._truncate(text)
+
+
+ActionHandler = Callable[[ToolContext, Any], tuple[Observation, dict[str, Any]]]
 ACTION_HANDLERS: dict[type, ActionHandler] = {}
 
 
@@ -165,6 +204,7 @@ class EhrEnv:
         self.benchmark: Any = None
         self._started = 0.0
         self._closed = False
+        self._tools = ToolContext(self)
 
     # -- construction from a benchmark ----------------------------------------------------------
     @classmethod
@@ -371,7 +411,7 @@ class EhrEnv:
     def _run_handler(self, action: Action) -> tuple[Observation, dict[str, Any]]:
         """Run a tool; an exception (an environment bug an agent's input provoked) becomes an observation."""
         try:
-            return ACTION_HANDLERS[type(action)](self, action)
+            return ACTION_HANDLERS[type(action)](self._tools, action)
         except Exception as exc:  # noqa: BLE001 - nothing an agent sends may stop the episode or the run
             tool = getattr(action, "tool", "invalid")
             msg = (f"The environment could not run this {tool} call ({type(exc).__name__}: "
@@ -463,21 +503,21 @@ class EhrEnv:
 
 
 @action_handler(SqlAction)
-def _sql_step(env: EhrEnv, action: SqlAction) -> tuple[Observation, dict[str, Any]]:
-    out = run_query(env.gate, env.conn, env.pool.watchdog, action.query, env.config.sql)
-    text = env._truncate(format_outcome(out, env.config.sql))
+def _sql_step(ctx: ToolContext, action: SqlAction) -> tuple[Observation, dict[str, Any]]:
+    out = ctx.run_sql(action.query)
+    text = ctx.clip(format_outcome(out, ctx.config.sql))
     obs = Observation(text=text, kind="sql", columns=out.columns, rows=out.rows, row_count=out.row_count,
                       truncated=out.truncated, error=out.error)
     return obs, {"tool": "sql", **out.info()}
 
 
 @action_handler(PythonAction)
-def _python_step(env: EhrEnv, action: PythonAction) -> tuple[Observation, dict[str, Any]]:
-    if not env.config.python:
+def _python_step(ctx: ToolContext, action: PythonAction) -> tuple[Observation, dict[str, Any]]:
+    if not ctx.config.python:
         msg = "The python tool is disabled in this environment; use sql or answer."
         return Observation(text=msg, kind="python", error=msg), {"tool": "python", "error": msg}
     try:
-        worker = env._python_worker()
+        worker = ctx.python_worker()
     except (ImportError, InfrastructureError) as exc:
         msg = f"The python tool is unavailable ({exc}); use sql or answer."
         return Observation(text=msg, kind="python", error=msg), {"tool": "python", "error": msg}
@@ -485,7 +525,7 @@ def _python_step(env: EhrEnv, action: PythonAction) -> tuple[Observation, dict[s
 
     def sql(query: str) -> Any:
         sql_calls["n"] += 1
-        return env._sql_frame_pickled(query)
+        return ctx.sql_frame_pickled(query)
 
     result = worker.run(action.code, sql)
     parts = []
@@ -496,8 +536,8 @@ def _python_step(env: EhrEnv, action: PythonAction) -> tuple[Observation, dict[s
     if result.truncated:
         parts.append("[output truncated]")
     if result.killed:  # result.error already holds the one note on why (pyworker.kill_message)
-        env._drop_worker()
-    text = env._truncate("\n".join(parts) if parts else "(no output)")
+        ctx.drop_python_worker()
+    text = ctx.clip("\n".join(parts) if parts else "(no output)")
     obs = Observation(text=text, kind="python", error=result.error or (result.killed and f"killed: {result.killed}"))
     info = {"tool": "python", "python_seconds": result.seconds, "killed": result.killed,
             "error": result.error, "truncated": result.truncated, "sql_calls": sql_calls["n"]}
@@ -505,7 +545,7 @@ def _python_step(env: EhrEnv, action: PythonAction) -> tuple[Observation, dict[s
 
 
 @action_handler(AnswerAction)
-def _answer_step(env: EhrEnv, action: AnswerAction) -> tuple[Observation, dict[str, Any]]:
+def _answer_step(ctx: ToolContext, action: AnswerAction) -> tuple[Observation, dict[str, Any]]:
     if action.is_abstain:
         text = f"Abstention recorded ({action.abstain}). The episode is over."
     else:
