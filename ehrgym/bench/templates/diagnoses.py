@@ -15,6 +15,8 @@ carries. Procedures and DRGs are still named by their dictionary titles.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ehrgym.bench.answers import AnswerSpec
 from ehrgym.bench.concepts import relation
 from ehrgym.bench.noise.lexicon import add_variants
@@ -46,8 +48,8 @@ PX_JOIN = "JOIN mimiciv_hosp.d_icd_procedures d ON d.icd_code = e.icd_code AND d
 DATABASE_SCOPE = "SELECT min(admittime), max(dischtime) FROM mimiciv_hosp.admissions"
 YEAR_WINDOW = TimeWindow(DATABASE_SCOPE, year="year")
 
-DX_EVIDENCE = dict(table="diagnoses_icd", key=("hadm_id", "seq_num"))
-PX_EVIDENCE = dict(table="procedures_icd", key=("hadm_id", "seq_num"))
+DX_EVIDENCE: dict[str, Any] = dict(table="diagnoses_icd", key=("hadm_id", "seq_num"))
+PX_EVIDENCE: dict[str, Any] = dict(table="procedures_icd", key=("hadm_id", "seq_num"))
 
 # ---------------------------------------------------------------- lexical variants
 # misspellings and abbreviations people write (names shared with another module use the same forms,

@@ -4,6 +4,8 @@ cohorts. Clinical definitions live in :mod:`ehrgym.bench.templates.concept_sql`.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ehrgym.bench.answers import AnswerSpec
 from ehrgym.bench.templates.base import ADMISSION_WINDOW, ICU_WINDOW, TimeWindow
 
@@ -45,9 +47,9 @@ GROUP BY p.y, p.span{group}
 HAVING count(*) BETWEEN {lo} AND {hi} AND count(*) FILTER (WHERE m.positive) >= 1{cond}"""
 
 
-LAB_EVIDENCE = dict(table="labevents", key=("subject_id", "itemid", "charttime"), id_col="labevent_id",
+LAB_EVIDENCE: dict[str, Any] = dict(table="labevents", key=("subject_id", "itemid", "charttime"), id_col="labevent_id",
                     time_col="charttime", value_col="valuenum", text_col="value", unit_col="valueuom",
                     item_col="itemid", item_param="itemid", window=ADMISSION_WINDOW, store_col="storetime")
-CHART_EVIDENCE = dict(table="chartevents", key=("stay_id", "itemid", "charttime"), time_col="charttime",
+CHART_EVIDENCE: dict[str, Any] = dict(table="chartevents", key=("stay_id", "itemid", "charttime"), time_col="charttime",
                       value_col="valuenum", text_col="value", unit_col="valueuom", window=ICU_WINDOW,
                       store_col="storetime")

@@ -13,6 +13,8 @@ potassium), and a misspelled or abbreviated name finds nothing in a credulous ag
 
 from __future__ import annotations
 
+from typing import Any
+
 from ehrgym.bench.answers import AnswerSpec
 from ehrgym.bench.concepts import primary_items, relation
 from ehrgym.bench.templates.base import ADMISSION_WINDOW, Evidence, Premise, Template, TimeWindow
@@ -42,7 +44,7 @@ GROUP BY ALL
 HAVING count(*) >= 2
 """
 
-ADMISSION_EVIDENCE = dict(
+ADMISSION_EVIDENCE: dict[str, Any] = dict(
     table="labevents", join=CONCEPT_JOIN,
     where="e.subject_id = {subject_id} AND e.hadm_id = {hadm_id} AND cpt.concept = {label}",
     key=("subject_id", "itemid", "charttime"), id_col="labevent_id", time_col="charttime", value_col="valuenum",
@@ -215,7 +217,7 @@ GROUP BY ALL
 HAVING count(*) BETWEEN 3 AND 600
 """
 
-COHORT_EVIDENCE = dict(
+COHORT_EVIDENCE: dict[str, Any] = dict(
     ADMISSION_EVIDENCE,
     join=CONCEPT_JOIN + " JOIN mimiciv_hosp.admissions a ON a.hadm_id = e.hadm_id " + ADM_TYPE_JOIN,
     where="cpt.concept = {label} AND adt.concept = {admission_type} AND extract(year FROM a.admittime) = {year}",

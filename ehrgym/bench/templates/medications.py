@@ -12,6 +12,8 @@ instead of mg (with the unit column changed), a decimal slip, a contradictory re
 
 from __future__ import annotations
 
+from typing import Any
+
 from ehrgym.bench.answers import AnswerSpec
 from ehrgym.bench.concepts import concepts, primary_items, relation
 from ehrgym.bench.noise.units import CONVERSIONS, UnitConversion
@@ -61,17 +63,17 @@ ICU_SCOPE = "SELECT min(intime), max(outtime) FROM mimiciv_icu.icustays"
 
 # ---------------------------------------------------------------- evidence shapes
 
-RX_EVIDENCE = dict(table="prescriptions", join=RX_DRUG, where="e.hadm_id = {hadm_id} AND dc.concept = {drug}",
+RX_EVIDENCE: dict[str, Any] = dict(table="prescriptions", join=RX_DRUG, where="e.hadm_id = {hadm_id} AND dc.concept = {drug}",
                    key=("hadm_id", "drug", "starttime"), id_col="pharmacy_id", time_col="starttime",
                    window=ADMISSION_WINDOW)
 EMAR_KEY = ("subject_id", "emar_seq")  # emar_id: a re-stored copy keeps it
-EMAR_DOSES = dict(table="emar", join=EMAR_DRUG,
+EMAR_DOSES: dict[str, Any] = dict(table="emar", join=EMAR_DRUG,
                   where="e.hadm_id = {hadm_id} AND dc.concept = {drug} AND e.event_txt = 'Administered'",
                   key=EMAR_KEY, time_col="charttime", window=ADMISSION_WINDOW, store_col="storetime")
-DRIP_EVIDENCE = dict(table="inputevents", join=DRIP_JOIN, where="e.stay_id = {stay_id} AND cpt.concept = {label}",
+DRIP_EVIDENCE: dict[str, Any] = dict(table="inputevents", join=DRIP_JOIN, where="e.stay_id = {stay_id} AND cpt.concept = {label}",
                      key=("stay_id", "itemid", "starttime"), id_col="orderid", time_col="starttime",
                      window=ICU_WINDOW, store_col="storetime")
-DRIP_VALUE = dict(value_col="amount", unit_col="amountuom", item_col="itemid", item_param="itemid")
+DRIP_VALUE: dict[str, Any] = dict(value_col="amount", unit_col="amountuom", item_col="itemid", item_param="itemid")
 
 # a drug (concept) the hospital ordered, but not in this admission
 RX_PREMISE = Premise("drug", "drug", f"""

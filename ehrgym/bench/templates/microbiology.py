@@ -20,6 +20,8 @@ inhibits at least half of the isolates (a censored-high "=>" result never counts
 
 from __future__ import annotations
 
+from typing import Any
+
 from ehrgym.bench.answers import AnswerSpec
 from ehrgym.bench.concepts import relation
 from ehrgym.bench.noise.lexicon import add_variants
@@ -52,7 +54,7 @@ RESULT_KEY = ("micro_specimen_id", "test_itemid", "org_itemid", "isolate_num", "
 # Questions that count specimens renumber the specimen id of a copy, so they identify a result by
 # what was collected when instead.
 COLLECTED_KEY = ("hadm_id", "spec_itemid", "charttime", "test_itemid", "org_itemid", "isolate_num", "ab_itemid")
-MICRO = dict(table="microbiologyevents", key=RESULT_KEY, time_col="charttime", window=ADMISSION_WINDOW,
+MICRO: dict[str, Any] = dict(table="microbiologyevents", key=RESULT_KEY, time_col="charttime", window=ADMISSION_WINDOW,
              store_col="storetime")
 MICRO_SPECIMENS = {**MICRO, "key": COLLECTED_KEY}
 

@@ -9,6 +9,8 @@ pressure; every urine route) through the concept relation filtered by the name.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ehrgym.bench.answers import AnswerSpec
 from ehrgym.bench.concepts import primary_items, relation
 from ehrgym.bench.templates.base import ICU_WINDOW, Evidence, Premise, Template, TimeWindow
@@ -36,7 +38,7 @@ GROUP BY ALL
 HAVING count(*) >= 3
 """
 
-CHART_EVIDENCE = dict(
+CHART_EVIDENCE: dict[str, Any] = dict(
     table="chartevents", join=VITAL_JOIN,
     where="e.subject_id = {subject_id} AND e.stay_id = {stay_id} AND cpt.concept = {label}",
     key=("stay_id", "itemid", "charttime"), time_col="charttime", value_col="valuenum", text_col="value",
@@ -218,7 +220,7 @@ GROUP BY ALL
 HAVING count(*) BETWEEN 3 AND 1500
 """
 
-COHORT_EVIDENCE = dict(
+COHORT_EVIDENCE: dict[str, Any] = dict(
     CHART_EVIDENCE,
     join=VITAL_JOIN + " JOIN mimiciv_icu.icustays s ON s.stay_id = e.stay_id " + UNIT_JOIN,
     where="cpt.concept = {label} AND cu.concept = {first_careunit} AND extract(year FROM s.intime) = {year}",
