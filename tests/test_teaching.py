@@ -8,8 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from ehrgym.bench.noise import INJECTORS
-from ehrgym.bench.noise.teaching import (CARD_FIELDS, TeachingCard, expected_outcomes, subtype_title,
-                                         teaching_card, teaching_cards, teaching_markdown)
+from ehrgym.bench.noise.teaching import (CARD_FIELDS, TeachingCard, expected_outcomes, subtype_title, teaching_card,
+                                         teaching_cards, teaching_markdown)
 from ehrgym.errors import BenchmarkError
 from ehrgym.vocab import ABSTAIN_REASONS, NOISE_SUBTYPES
 

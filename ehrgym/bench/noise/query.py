@@ -27,12 +27,12 @@ from typing import Any
 import numpy as np
 
 from ehrgym.bench.answers import gold_from_rows
-from ehrgym.bench.noise.teaching import TeachingCard
 from ehrgym.bench.noise.base import InjectContext, Injection, Injector, register_injector
 from ehrgym.bench.noise.cleaning import plain_relation
 from ehrgym.bench.noise.lexicon import variants
 from ehrgym.bench.noise.scope import FRAMES, ends_clause, slot_kind, swap_phrases
 from ehrgym.bench.noise.similar import group_of
+from ehrgym.bench.noise.teaching import TeachingCard
 from ehrgym.bench.noise.values import parse_stamp
 from ehrgym.bench.sqlrender import placeholders, render_sql, render_text, sql_value, text_value
 from ehrgym.db.schema import table_spec

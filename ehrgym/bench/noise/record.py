@@ -6,8 +6,8 @@ import datetime as dt
 from typing import Any
 
 from ehrgym.bench.noise import cleaning
-from ehrgym.bench.noise.teaching import TeachingCard
 from ehrgym.bench.noise.base import ROWID, InjectContext, Injection, Injector, batch_size, register_injector
+from ehrgym.bench.noise.teaching import TeachingCard
 from ehrgym.bench.noise.values import (conflicting, derivable, finite, format_like, parse_stamp, shift_times,
                                        shifted, typed_value)
 from ehrgym.db.overlay import Overlay, TableEdit

@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 
 from ehrgym.bench.noise import cleaning
-from ehrgym.bench.noise.teaching import TeachingCard
 from ehrgym.bench.noise.base import ROWID, InjectContext, Injection, Injector, batch_size, register_injector
+from ehrgym.bench.noise.teaching import TeachingCard
 from ehrgym.bench.noise.units import conversion_for
 from ehrgym.bench.noise.values import (MISSING_PLACEHOLDERS, decimals_of, derivable, finite, format_like,
                                        implausible, number_forms, shift_times, typed_value, with_decimals)
