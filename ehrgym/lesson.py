@@ -254,16 +254,21 @@ def compare_evidence(clean: pd.DataFrame, noise: pd.DataFrame, *, data_changed: 
     """Match clean and noisy evidence rows and say what the noise did to each.
 
     Identical rows (as whole tuples, duplicates counted) are ``unchanged``; a leftover noisy row
-    that agrees with a leftover clean row on most cells (all but at most a third, and at least
-    one) is that row ``edited`` (its differing cells shown as ``clean → noisy``); other leftovers
+    that agrees with a leftover clean row on at least half of its cells (the most such cells wins)
+    is that row ``edited`` (its differing cells shown as ``clean → noisy``); other leftovers
     are ``removed`` / ``inserted``. For query-level noise (``data_changed=False``) the database is
     the same and the two sides are the rows each *question* reads.
     """
     cols = list(dict.fromkeys(list(clean.columns) + list(noise.columns)))
     c = round_frame(clean.reindex(columns=cols), decimals)
     n = round_frame(noise.reindex(columns=cols), decimals)
-    ck = [tuple(_key(v) for v in r) for r in c.itertuples(index=False, name=None)]
-    nk = [tuple(_key(v) for v in r) for r in n.itertuples(index=False, name=None)]
+    ids = [i for i, col in enumerate(cols) if _row_id(col, c[col], n[col])]
+    ck_full = [tuple(_key(v) for v in r) for r in c.itertuples(index=False, name=None)]
+    nk_full = [tuple(_key(v) for v in r) for r in n.itertuples(index=False, name=None)]
+    # rows match on their content: a row id column (unique on both sides) is bookkeeping — a re-stored
+    # copy differs from its original only there, and an insert renumbers dense ids after it
+    ck = [tuple(v for i, v in enumerate(k) if i not in ids) for k in ck_full]
+    nk = [tuple(v for i, v in enumerate(k) if i not in ids) for k in nk_full]
     pool = Counter(ck)
     n_match = []
     for k in nk:
@@ -283,14 +288,19 @@ def compare_evidence(clean: pd.DataFrame, noise: pd.DataFrame, *, data_changed: 
     edited_of: dict[int, tuple[int, set[str]]] = {}
     if data_changed:
         free = list(left_clean)
-        need = len(cols) - max(1, len(cols) // 3)
+        need = max(1, (len(ck[0]) + 1) // 2) if ck else 1
         for j, matched in enumerate(n_match):
             if matched or not free:
                 continue
-            best = max(free, key=lambda i: (sum(a == b for a, b in zip(ck[i], nk[j])), -i))
-            same = sum(a == b for a, b in zip(ck[best], nk[j]))
-            if same >= need and same < len(cols):
-                edited_of[j] = (best, {col for col, a, b in zip(cols, ck[best], nk[j]) if a != b})
+            if ids:       # the same row id: that row, edited
+                same_id = [i for i in free if all(ck_full[i][x] == nk_full[j][x] for x in ids)]
+                best = same_id[0] if same_id else None
+            else:         # no row id: the leftover clean row sharing the most cells, if at least half
+                best = max(free, key=lambda i: (sum(a == b for a, b in zip(ck[i], nk[j])), -i))
+                if sum(a == b for a, b in zip(ck[best], nk[j])) < need:
+                    best = None
+            if best is not None:
+                edited_of[j] = (best, {col for col, a, b in zip(cols, ck_full[best], nk_full[j]) if a != b})
                 free.remove(best)
         left_clean = [i for i in left_clean if i not in {b for b, _ in edited_of.values()}]
     changed_cols: list[str] = []
@@ -327,6 +337,13 @@ def compare_evidence(clean: pd.DataFrame, noise: pd.DataFrame, *, data_changed: 
                 "the clean question's evidence and the noisy question's (empty when the noisy question refers to "
                 "something the records do not hold).")
     return EvidenceComparison(table, changed, data_changed, note)
+
+
+def _row_id(name: str, a: pd.Series, b: pd.Series) -> bool:
+    """A row identifier: an ``…_id`` column other than the entity references, unique and set on both sides."""
+    if not name.endswith("_id") or name in ("subject_id", "hadm_id", "stay_id"):
+        return False
+    return all(s.notna().all() and s.is_unique for s in (a, b)) and (len(a) + len(b)) > 0
 
 
 def _key(v: Any) -> str:
