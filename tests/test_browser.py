@@ -44,7 +44,7 @@ def playwright_api():
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory, synth_db: Path, playwright_api):
+def lab(playwright_api, tmp_path_factory: pytest.TempPathFactory, synth_db: Path):
     """A JupyterLab server over a folder holding a notebook that opens the explorer on a tiny benchmark."""
     import jupyterlab
 
