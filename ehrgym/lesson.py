@@ -193,7 +193,7 @@ def card_html(subtype: str, card: TeachingCard) -> str:
     rows = [("What it is", card.definition), ("How it arises", card.arises), ("The credulous trap", card.trap),
             ("The check that catches it", card.check), (f"Expected: {expected_outcomes(subtype)}", card.outcome)]
     body = "".join(f"<tr><th style='text-align:left;vertical-align:top;padding-right:1em'>{_e(k)}</th>"
-                   f"<td style='text-align:left'>{_e(v)}</td></tr>" for k, v in rows)
+                   f"<td style='text-align:left'>{_code(v)}</td></tr>" for k, v in rows)
     return (f"<div style='border-left:4px solid #4477AA;padding-left:0.6em;margin:0.5em 0'>"
             f"<b>{_e(card.title)}</b> <code>{_e(subtype)}</code><table>{body}</table></div>")
 
@@ -376,6 +376,11 @@ def _e(text: Any) -> str:
     return html.escape("" if text is None else str(text))
 
 
+def _code(text: Any) -> str:
+    """Escaped text with Markdown `code` spans as <code>."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", _e(text))
+
+
 def question_diff(clean: str, noisy: str) -> list[tuple[str, str]]:
     """A word-level diff of two questions: ``(op, text)`` with op ``=`` (same), ``-`` (clean only), ``+``."""
     a, b = clean.split(), noisy.split()
@@ -448,7 +453,7 @@ def steps_html(steps: pd.DataFrame) -> str:
             body = action.split(":", 1)[1].strip() if ":" in action else action
             shown = sql_details(body, f"{tool}: " + " ".join(body.split())[:90])
         else:
-            shown = f"<code>{_e(action)}</code>"
+            shown = f" <code>{_e(action)}</code>"
         obs = str(s.get("observation") or "")
         table = observation_table(obs) if tool == "sql" else None
         result = table.to_html(index=False, border=0) if table is not None else \
