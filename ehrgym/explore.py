@@ -14,25 +14,33 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import duckdb
 import pandas as pd
 
-from ehrgym.bench.answers import format_answer
+from ehrgym.bench.answers import AnswerSpec, format_answer
+from ehrgym.bench.noise.teaching import subtype_title, teaching_card
 from ehrgym.bench.task import Task
 from ehrgym.db.connect import attach_base
 from ehrgym.db.overlay import Overlay, OverlaySession
 from ehrgym.db.schema import search_path_sql
 from ehrgym.errors import EhrGymError
+from ehrgym.lesson import (ANSWER_CHOICE, PREDICTION_CHOICES, EvidenceComparison, Prediction, Reveal,
+                           compare_evidence, expected_words, question_diff_html, question_diff_text, relevant_columns,
+                           round_frame, said_text, score_prediction, steps_html, subtype_label)
 from ehrgym.vocab import INTENTS, LEVELS, NOISE_LEVELS, NOISE_SUBTYPES, SPLITS, VARIANTS
 
 ORDER: dict[str, tuple[str, ...]] = {"intent": INTENTS, "level": LEVELS, "variant": VARIANTS,
                                      "noise_level": NOISE_LEVELS, "noise_subtype": tuple(NOISE_SUBTYPES),
                                      "split": SPLITS}
+PAIR_COLUMNS = ("pair_id", "intent", "level", "noise_level", "noise_subtype", "template_id", "split", "question",
+                "noisy_question", "subtype_name", "expected")
 STATUS_COLUMN = "evidence"          # evidence_diff: which side a row is on
+ALL = "(all)"                       # the "no filter" choice of the explorer's dropdowns
 MAX_CELL = 160                      # characters of an observation shown per trajectory step
 
 
@@ -206,8 +214,10 @@ def example_pairs(tasks: Iterable[Task], per_subtype: int = 1) -> pd.DataFrame:
 # =============================================================================================
 # trajectories (notebooks 03 and 04)
 # =============================================================================================
-def _short(text: Any, limit: int = MAX_CELL) -> str:
+def _short(text: Any, limit: int | None = MAX_CELL) -> str:
     s = "" if text is None else str(text)
+    if limit is None:
+        return s
     s = " ".join(s.split())
     return s if len(s) <= limit else s[: limit - 1] + "…"
 
@@ -226,8 +236,9 @@ def action_text(action: dict[str, Any]) -> str:
     return f"{tool}: {action.get('text', '')}"
 
 
-def trajectory_frame(trajectory: dict[str, Any] | None, limit: int = MAX_CELL) -> pd.DataFrame:
-    """A recorded trajectory as a table: step, tool, action, observation (shortened)."""
+def trajectory_frame(trajectory: dict[str, Any] | None, limit: int | None = MAX_CELL) -> pd.DataFrame:
+    """A recorded trajectory as a table: step, tool, action, observation (shortened to ``limit``
+    characters on one line; ``None``: full texts, as :func:`ehrgym.lesson.steps_html` shows them)."""
     steps = (trajectory or {}).get("steps") or []
     rows = [{"step": s.get("index"), "tool": (s.get("action") or {}).get("tool"),
              "action": _short(action_text(s.get("action") or {}), limit),
@@ -283,14 +294,17 @@ class AgentRun:
     failure: str | None
     verdict: str
     steps: pd.DataFrame
+    trajectory: dict[str, Any] | None = None       # the full record (steps_html shows it)
+    spec: AnswerSpec | None = None                 # the task's answer spec (rounding of numbers)
 
     @property
     def said(self) -> str:
-        if self.abstain:
-            return f"abstain ({self.abstain})"
-        if self.termination in ("answered",):
-            return f"answer {json.dumps(self.answer, ensure_ascii=False, default=str)}"
-        return f"no answer ({self.termination})"
+        """What the agent said, numbers rounded as the answer spec displays them, ``null`` explained."""
+        return said_text(self.answer, self.abstain, self.termination, self.spec)
+
+    def steps_html(self) -> str:
+        """Every step with its full SQL (collapsible) and its result as a table."""
+        return steps_html(trajectory_frame(self.trajectory, limit=None))
 
     def summary(self) -> dict[str, Any]:
         return {"agent": self.agent, "task_id": self.task_id, "said": self.said, "success": self.success,
@@ -308,11 +322,17 @@ class PairView:
     evidence_noise: pd.DataFrame
     evidence: pd.DataFrame                     # side by side, with the STATUS_COLUMN
     credulous: dict[str, AgentRun] = field(default_factory=dict)   # variant -> run
+    comparison: EvidenceComparison | None = None                   # changed cells, relevant columns first
 
     @property
     def noise_label(self) -> str:
         assert self.noise.noise is not None
         return f"{self.noise.noise.level} · {self.noise.noise.subtype}"
+
+    @property
+    def subtype(self) -> str:
+        assert self.noise.noise is not None
+        return self.noise.noise.subtype
 
     def outcome_table(self) -> pd.DataFrame:
         """Per variant: question, expected outcome, what the credulous agent said and whether it was right."""
@@ -324,13 +344,49 @@ class PairView:
                          "credulous_correct": run.success if run else None})
         return pd.DataFrame(rows)
 
+    def question_change(self) -> str:
+        """The question edit in words (``'2196' → '2197' (time window)``), or that the question is unchanged."""
+        edit = (self.noise.noise.question_edit if self.noise.noise else None) or {}
+        if self.clean.question == self.noise.question:
+            return "unchanged (the noise is in the data)"
+        if edit.get("from") is not None:
+            kind = str(edit.get("kind", "")).replace("_", " ")
+            return f"{edit.get('from')!r} → {edit.get('to')!r}" + (f" ({kind})" if kind else "")
+        return question_diff_text(self.clean.question, self.noise.question)
+
     def summary(self) -> dict[str, Any]:
         noise = self.noise.noise
         assert noise is not None
         return {"pair_id": self.pair_id, "intent": self.clean.intent, "level": self.clean.level,
-                "noise": self.noise_label, "description": noise.description,
-                "question_edit": noise.question_edit, "overlay_tables": noise.overlay.tables,
+                "noise": subtype_label(noise.subtype), "description": noise.description,
+                "question change": self.question_change(),
+                "tables changed": ", ".join(noise.overlay.tables) or "none (only the question changed)",
                 "evidence_rows_clean": len(self.evidence_clean), "evidence_rows_noise": len(self.evidence_noise)}
+
+    def student_html(self) -> str:
+        """What a student sees before predicting: the noisy twin's question and its evidence as an agent
+        would find it (no labels)."""
+        ev = round_frame(self.evidence_noise, self.noise.expected.answer.decimals)
+        ev = ev[relevant_columns(list(ev.columns), self.noise.gold_sql + " " + self.noise.naive_sql)]
+        table = ev.head(40).to_html(index=False, border=0, na_rep="NULL") if len(ev) else \
+            "<p><i>(no evidence rows: the obvious query finds nothing)</i></p>"
+        more = f"<p><i>{len(ev) - 40} more rows not shown</i></p>" if len(ev) > 40 else ""
+        return (f"<p><b>Question:</b> {_html(self.noise.question)}</p>"
+                f"<p><b>Evidence</b> — the rows the question is about, as an agent finds them "
+                f"({len(self.evidence_noise)} rows, numbers rounded):</p>"
+                f"<div style='overflow-x:auto;max-width:100%;font-size:0.85em'>{table}</div>{more}")
+
+    def comparison_html(self) -> str:
+        """Revealed after a prediction: both questions with a word-level diff, and the evidence compared."""
+        comp = self.comparison
+        body = comp.html() if comp is not None else ""
+        return question_diff_html(self.clean.question, self.noise.question) + body
+
+
+def _html(text: Any) -> str:
+    import html
+
+    return html.escape("" if text is None else str(text))
 
 
 def evidence_diff(clean: pd.DataFrame, noise: pd.DataFrame) -> pd.DataFrame:
@@ -409,7 +465,7 @@ class NoiseExplorer:
         self._workers.clear()
         self._con.close()
 
-    def __enter__(self) -> "NoiseExplorer":
+    def __enter__(self) -> NoiseExplorer:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -417,20 +473,23 @@ class NoiseExplorer:
 
     # -- choosing a pair --------------------------------------------------------------------
     def pairs(self, **filters: Any) -> pd.DataFrame:
-        """One row per complete pair (pair id, intent, level, noise level, subtype, template, clean
-        question), in vocabulary order; ``filters`` keep rows whose column equals the value."""
+        """One row per complete pair (pair id, intent, level, noise level, subtype, template, split, both
+        questions, the subtype's readable name, the noisy twin's expected outcome: ``answer`` or
+        ``abstain: <reason>``), in vocabulary order; ``filters`` keep rows whose column equals the value."""
         rows = []
         for pair_id, pair in self._by_pair.items():
             if "clean" not in pair or "noise" not in pair:
                 continue
             noise = pair["noise"].noise
             assert noise is not None
+            exp = pair["noise"].expected
             rows.append({"pair_id": pair_id, "intent": pair["clean"].intent, "level": pair["clean"].level,
                          "noise_level": noise.level, "noise_subtype": noise.subtype,
                          "template_id": pair["clean"].template_id, "split": pair["clean"].split,
-                         "question": pair["clean"].question})
-        df = pd.DataFrame(rows, columns=["pair_id", "intent", "level", "noise_level", "noise_subtype", "template_id",
-                                         "split", "question"])
+                         "question": pair["clean"].question, "noisy_question": pair["noise"].question,
+                         "subtype_name": subtype_title(noise.subtype),
+                         "expected": f"abstain: {exp.reason}" if exp.is_abstain else "answer"})
+        df = pd.DataFrame(rows, columns=list(PAIR_COLUMNS))
         for key, want in filters.items():
             if key not in df.columns:
                 raise ExploreError(f"cannot filter pairs by {key!r}; columns: {list(df.columns)}")
@@ -474,9 +533,46 @@ class NoiseExplorer:
         clean, noise = self.pair(pair_id)
         ev_c, ev_n = self.evidence(clean), self.evidence(noise)
         view = PairView(pair_id, clean, noise, ev_c, ev_n, evidence_diff(ev_c, ev_n))
+        view.comparison = compare_evidence(ev_c, ev_n, data_changed=not noise.overlay.is_empty,
+                                           sql=noise.gold_sql + " " + noise.naive_sql,
+                                           decimals=noise.expected.answer.decimals)
         if credulous:
             view.credulous = {"clean": self.run_agent(clean, "credulous"), "noise": self.run_agent(noise, "credulous")}
         return view
+
+    def search(self, text: str = "", **filters: Any) -> pd.DataFrame:
+        """:meth:`pairs` narrowed by ``filters`` (a value of ``None`` or ``"(all)"`` is no filter) and by
+        ``text`` (case-insensitive, in either question, the pair id or the subtype's name)."""
+        df = self.pairs(**{k: v for k, v in filters.items() if v not in (None, ALL)})
+        text = (text or "").strip().casefold()
+        if text:
+            hay = (df["question"] + "\n" + df["noisy_question"] + "\n" + df["pair_id"] + "\n" + df["subtype_name"])
+            df = df[hay.str.casefold().str.contains(text, regex=False)]
+        return df.reset_index(drop=True)
+
+    # -- predict, then reveal -----------------------------------------------------------------
+    def predict(self, task: Task | str, text: Any, choice: str = ANSWER_CHOICE) -> Prediction:
+        """Score a student's prediction on ``task`` (a task, a task id or a pair id: its noisy twin) with
+        the agents' answer protocol and the kit's verifier (see :func:`ehrgym.lesson.score_prediction`)."""
+        return score_prediction(self._resolve(task), text, choice)
+
+    def reveal(self, task: Task | str, prediction: Prediction | None = None) -> Reveal:
+        """The expected outcome, the credulous agent's live answer (the trap), a robust solution path (the
+        oracle's query and its result, run live) and the subtype's teaching card."""
+        task = self._resolve(task)
+        credulous = self.run_agent(task, "credulous")
+        oracle = self.run_agent(task, "oracle")
+        subtype = task.noise.subtype if task.noise else None
+        return Reveal(task, prediction, expected_words(task), credulous.said, credulous.success, task.gold_sql,
+                      trajectory_frame(oracle.trajectory, limit=None), teaching_card(subtype) if subtype else None,
+                      subtype)
+
+    def _resolve(self, task: Task | str) -> Task:
+        if isinstance(task, Task):
+            return task
+        if task in self._by_pair:
+            return self.pair(task)[1]
+        return self.task(task)
 
     # -- live agents --------------------------------------------------------------------------
     def run_agent(self, task: Task | str, agent: str, *, trial: int = 0, seed: int = 0,
@@ -502,65 +598,186 @@ class NoiseExplorer:
         return AgentRun(agent=agent, task_id=task.task_id, success=rec.get("success_strict"),
                         termination=rec["termination"], answer=rec.get("answered_value"),
                         abstain=rec.get("abstain_reason"), failure=rec.get("failure"), verdict=verdict,
-                        steps=trajectory_frame(traj))
+                        steps=trajectory_frame(traj), trajectory=traj, spec=task.expected.answer)
 
 
 # =============================================================================================
-# the widget (thin: every callback calls the functions above)
+# the widget (thin: every callback calls the functions above; tests drive the same callbacks)
 # =============================================================================================
+FILTERS: tuple[tuple[str, str], ...] = (("intent", "intent"), ("level", "level"), ("noise_level", "noise level"),
+                                        ("noise_subtype", "noise"), ("expected", "expected"))
+
+
+class ExplorerUI:
+    """The predict-then-reveal explorer as ipywidgets.
+
+    Filters (intent, level, noise level, subtype by its readable name, expected outcome), a search box
+    and a pair list; *next* / *random* buttons. For the chosen pair it shows the noisy question and
+    its evidence as an agent finds them; the student picks *answer* or *abstain: <reason>*, types
+    the value (or an explanation) and presses *check*: the prediction is read by the agents' answer
+    protocol and scored by the verifier, and only then are the expected outcome, the credulous trap,
+    a robust solution path, the teaching card and the clean-vs-noisy comparison revealed. *run agent
+    live* shows any agent's steps (full SQL, results as tables).
+
+    ``ui.widget`` is the top-level widget; in a notebook the object displays itself, with a static HTML
+    snapshot as fallback for viewers without a live kernel (nbviewer, an exported or reopened copy).
+    """
+
+    def __init__(self, explorer: NoiseExplorer, agents: Sequence[str] = ("credulous", "skeptic", "oracle"),
+                 pair_id: str | None = None, seed: int = 0) -> None:
+        import random
+
+        import ipywidgets as w
+
+        self.explorer = explorer
+        self.index = explorer.pairs()
+        if self.index.empty:
+            raise ExploreError("the benchmark has no complete pairs to explore")
+        self._rng = random.Random(seed)
+        self.view: PairView | None = None
+        self.prediction: Prediction | None = None
+        self.revealed: Reveal | None = None
+        self.last_run: AgentRun | None = None
+        self.filters: dict[str, Any] = {}
+        for col, label in FILTERS:
+            values = list(dict.fromkeys(_vocab_sort(self.index, [col])[col]))
+            if col == "noise_subtype":
+                options = [(ALL, ALL)] + [(subtype_label(v), v) for v in values]
+            else:
+                options = [(ALL, ALL)] + [(str(v), v) for v in values]
+            self.filters[col] = w.Dropdown(options=options, value=ALL, description=label,
+                                           layout=w.Layout(width="auto"), style={"description_width": "initial"})
+        self.search = w.Text(placeholder="search the questions, e.g. potassium", description="search",
+                             layout=w.Layout(width="40%"))
+        self.pair = w.Select(options=[], rows=6, layout=w.Layout(width="98%"), description="pair")
+        self.count = w.HTML()
+        self.next_button = w.Button(description="next pair", icon="forward")
+        self.random_button = w.Button(description="random pair", icon="random")
+        self.choice = w.Dropdown(options=list(PREDICTION_CHOICES), value=ANSWER_CHOICE, description="you",
+                                 layout=w.Layout(width="auto"))
+        self.answer = w.Text(placeholder="your answer (e.g. 7.2) or, when abstaining, why",
+                             layout=w.Layout(width="45%"))
+        self.check_button = w.Button(description="check my answer", button_style="primary")
+        self.agent = w.Dropdown(options=list(agents), value=list(agents)[0], description="agent")
+        self.run_button = w.Button(description="run agent live")
+        self.question = w.Output()
+        self.result = w.Output()
+        self.live = w.Output()
+        for dd in self.filters.values():
+            dd.observe(self.on_filter, names="value")
+        self.search.observe(self.on_filter, names="value")
+        self.pair.observe(self.on_pair, names="value")
+        self.next_button.on_click(self.on_next)
+        self.random_button.on_click(self.on_random)
+        self.check_button.on_click(self.on_check)
+        self.run_button.on_click(self.on_run)
+        self.widget = w.VBox([
+            w.HBox(list(self.filters.values()), layout=w.Layout(flex_flow="row wrap")),
+            w.HBox([self.search, self.next_button, self.random_button, self.count]),
+            self.pair, self.question,
+            w.HTML("<b>What would you answer?</b> Pick <i>answer</i> and type the value, or pick an abstention "
+                   "reason (the same answer protocol agents use), then press <i>check my answer</i>."),
+            w.HBox([self.choice, self.answer, self.check_button]),
+            self.result,
+            w.HBox([self.agent, self.run_button]), self.live])
+        self.on_filter()
+        if pair_id is not None:
+            self.select(pair_id)
+
+    # -- state ------------------------------------------------------------------------------
+    def visible(self) -> pd.DataFrame:
+        """The pairs the filters and the search box leave."""
+        return self.explorer.search(self.search.value, **{k: dd.value for k, dd in self.filters.items()})
+
+    def select(self, pair_id: str) -> None:
+        if pair_id not in {v for _, v in self.pair.options}:
+            for dd in self.filters.values():
+                dd.value = ALL
+            self.search.value = ""
+        self.pair.value = pair_id
+
+    # -- callbacks ----------------------------------------------------------------------------
+    def on_filter(self, _: Any = None) -> None:
+        rows = self.visible()
+        options = [(f"{r.subtype_name} · {r.intent}/{r.level} · {r.noisy_question}", r.pair_id)
+                   for r in rows.itertuples()]
+        keep = self.pair.value
+        self.pair.options = options
+        self.count.value = f"{len(options)} of {len(self.index)} pairs"
+        values = [v for _, v in options]
+        if values:
+            self.pair.value = keep if keep in values else values[0]
+        else:
+            self.view = None
+            self.question.clear_output()
+
+    def on_pair(self, _: Any = None) -> None:
+        from IPython.display import HTML, display
+
+        self.result.clear_output()
+        self.live.clear_output()
+        self.prediction, self.revealed = None, None
+        self.answer.value = ""
+        self.question.clear_output()
+        if self.pair.value is None:
+            return
+        self.view = self.explorer.compare(self.pair.value, credulous=False)
+        with self.question:
+            display(HTML(self.view.student_html()))
+
+    def on_next(self, _: Any = None) -> None:
+        values = [v for _, v in self.pair.options]
+        if values:
+            i = values.index(self.pair.value) if self.pair.value in values else -1
+            self.pair.value = values[(i + 1) % len(values)]
+
+    def on_random(self, _: Any = None) -> None:
+        values = [v for _, v in self.pair.options]
+        if values:
+            self.pair.value = self._rng.choice(values)
+
+    def on_check(self, _: Any = None) -> None:
+        from IPython.display import HTML, display
+
+        if self.view is None:
+            return
+        self.prediction = self.explorer.predict(self.view.noise, self.answer.value, self.choice.value)
+        self.revealed = self.explorer.reveal(self.view.noise, self.prediction)
+        self.result.clear_output()
+        with self.result:
+            display(HTML(self.revealed.html() + "<h4>Clean vs noisy</h4>" + self.view.comparison_html()))
+
+    def on_run(self, _: Any = None) -> None:
+        from IPython.display import HTML, display
+
+        if self.view is None:
+            return
+        self.live.clear_output()
+        self.last_run = run = self.explorer.run_agent(self.view.noise, self.agent.value)
+        with self.live:
+            ok = "✔" if run.success else "✘"
+            display(HTML(f"<p><b>{_html(run.agent)}</b> said <code>{_html(run.said)}</code> {ok} — "
+                         f"{_html(run.verdict)}</p>" + run.steps_html()))
+
+    # -- display --------------------------------------------------------------------------------
+    def static_html(self) -> str:
+        """A snapshot for viewers without a live kernel: the current pair as a student sees it."""
+        note = ("<p><i>Static snapshot of the noise explorer. The interactive version needs a running Python "
+                "kernel: open the notebook in Jupyter and run this cell (after a kernel restart too).</i></p>")
+        return note + (self.view.student_html() if self.view is not None else "")
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+        bundle = self.widget._repr_mimebundle_(**kwargs)
+        data = bundle[0] if isinstance(bundle, tuple) else bundle
+        data = dict(data or {})
+        data["text/html"] = self.static_html()
+        return data
+
+
 def explorer_widget(explorer: NoiseExplorer, agents: Sequence[str] = ("credulous", "skeptic", "oracle"),
-                    pair_id: str | None = None) -> Any:
-    """An ipywidgets UI: filter by noise subtype, pick a pair, see question / evidence / credulous vs
-    expected, and run a chosen agent live. Returns the top-level widget (``ui.children`` for tests)."""
-    import ipywidgets as w
-    from IPython.display import display
-
-    index = explorer.pairs()
-    if index.empty:
-        raise ExploreError("the benchmark has no complete pairs to explore")
-    subtypes = ["(all)"] + list(dict.fromkeys(index["noise_subtype"]))
-    subtype = w.Dropdown(options=subtypes, value="(all)", description="noise")
-
-    def pair_options(sub: str) -> list[tuple[str, str]]:
-        rows = index if sub == "(all)" else index[index["noise_subtype"] == sub]
-        return [(f"{r.noise_subtype} · {r.intent}/{r.level} · {_short(r.question, 70)}", r.pair_id)
-                for r in rows.itertuples()]
-
-    options = pair_options("(all)")
-    pair = w.Dropdown(options=options, value=pair_id or options[0][1], description="pair",
-                      layout=w.Layout(width="95%"))
-    agent = w.Dropdown(options=list(agents), value=list(agents)[0], description="agent")
-    run_button = w.Button(description="run agent live", button_style="primary")
-    show = w.Output()
-    live = w.Output()
-
-    def render(_: Any = None) -> None:
-        show.clear_output()
-        live.clear_output()
-        with show:
-            view = explorer.compare(pair.value)
-            display(pd.DataFrame([view.summary()]).T.rename(columns={0: ""}))
-            display(view.outcome_table())
-            display(view.evidence)
-
-    def on_subtype(change: dict[str, Any]) -> None:
-        opts = pair_options(change["new"])
-        pair.options = opts
-        pair.value = opts[0][1]
-
-    def on_run(_: Any = None) -> None:
-        live.clear_output()
-        with live:
-            _, noise = explorer.pair(pair.value)
-            result = explorer.run_agent(noise, agent.value)
-            display(pd.DataFrame([result.summary()]))
-            display(result.steps)
-
-    subtype.observe(on_subtype, names="value")
-    pair.observe(render, names="value")
-    run_button.on_click(on_run)
-    render()
-    return w.VBox([w.HBox([subtype, agent, run_button]), pair, show, live])
+                    pair_id: str | None = None) -> ExplorerUI:
+    """The predict-then-reveal explorer (:class:`ExplorerUI`); display it in a notebook cell."""
+    return ExplorerUI(explorer, agents, pair_id)
 
 
 # =============================================================================================

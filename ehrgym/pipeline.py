@@ -6,8 +6,9 @@
         --workers 2 --data data
 
 executes ``notebooks/00_build_database`` → ``01_build_benchmark`` → ``02_run_evaluation`` →
-``03_robustness_analysis`` with papermill (kernel ``python3`` run by this interpreter), saves the
-executed notebooks under ``DATA/notebooks/`` and regenerates ``figures/`` and ``tables/``.
+``03_robustness_analysis`` with papermill (kernel ``python3`` run by this interpreter), then the
+teaching notebooks ``04_explore_noise`` and ``07_exercises`` on the same database and benchmark;
+saves the executed notebooks under ``DATA/notebooks/`` and regenerates ``figures/`` and ``tables/``.
 
 Redoing it is cheap: the notebooks call :func:`ensure_database` and :func:`ensure_benchmark`,
 which reuse a database / benchmark that already exists with matching parameters, and the
@@ -48,11 +49,15 @@ DEFAULT_SPLIT = "test"
 MODEL_AGENTS: tuple[str, ...] = ("chat", "hf")   # agents whose runs are named after their model
 KERNEL_NAME = "python3"
 
-# the notebooks the pipeline executes, in order (04_explore_noise is interactive, run by the tests)
+# the notebooks the pipeline executes, in order: the stages, then the teaching notebooks (the noise
+# explorer and the exercises), executed on the same database and benchmark so a shared executed copy
+# shows this build's pairs
 PIPELINE_NOTEBOOKS: tuple[str, ...] = ("00_build_database", "01_build_benchmark", "02_run_evaluation",
                                        "03_robustness_analysis")
 EXPLORE_NOTEBOOK = "04_explore_noise"
-ALL_NOTEBOOKS: tuple[str, ...] = PIPELINE_NOTEBOOKS + (EXPLORE_NOTEBOOK,)
+EXERCISE_NOTEBOOK = "07_exercises"
+TEACHING_NOTEBOOKS: tuple[str, ...] = (EXPLORE_NOTEBOOK, EXERCISE_NOTEBOOK)
+ALL_NOTEBOOKS: tuple[str, ...] = PIPELINE_NOTEBOOKS + TEACHING_NOTEBOOKS
 
 
 class PipelineError(EhrGymError):
@@ -284,6 +289,8 @@ class PipelineConfig:
                                        "tables_out": str(Path(self.tables).resolve()),
                                        "figures_out": str(Path(self.figures).resolve()),
                                        "n_boot": self.n_boot, "seed": self.seed},
+            EXPLORE_NOTEBOOK: {"db_path": str(self.db_path), "bench_dir": str(self.bench_dir)},
+            EXERCISE_NOTEBOOK: {"db_path": str(self.db_path), "bench_dir": str(self.bench_dir), "seed": self.seed},
         }
 
 
@@ -523,6 +530,8 @@ def _describe(name: str, cfg: PipelineConfig) -> str:
                              f"{_rel(cfg.runs_dir)}",
         "03_robustness_analysis": f"report → {_rel(Path(cfg.tables).resolve())}/, "
                                   f"{_rel(Path(cfg.figures).resolve())}/",
+        EXPLORE_NOTEBOOK: "noise explorer (teaching; interactive in Jupyter)",
+        EXERCISE_NOTEBOOK: "exercises (teaching: one pair per noise level, open exercises)",
     }.get(name, name)
 
 
@@ -566,7 +575,7 @@ def _outcome(name: str, cfg: PipelineConfig) -> str:
 
 
 def run_pipeline(cfg: PipelineConfig, *, log: Logger = _default_log,
-                 notebooks: Sequence[str] = PIPELINE_NOTEBOOKS) -> PipelineReport:
+                 notebooks: Sequence[str] = ALL_NOTEBOOKS) -> PipelineReport:
     """Execute the pipeline notebooks in order; returns what ran and how long it took."""
     src = get_source(cfg.source)
     src.resolve_dir(cfg.mimic_dir)             # fail fast on a missing MIMIC_DIR

@@ -1,4 +1,4 @@
-"""Writes the five notebooks of notebooks/ (thin: calls into ehrgym, displays, plots).
+"""Writes the notebooks of notebooks/ (thin: calls into ehrgym, displays, plots).
 
 The notebooks are generated so their structure stays uniform; edit this script and rerun
 ``python scripts/make_notebooks.py`` rather than editing the .ipynb files by hand.
@@ -17,10 +17,12 @@ def md(text):
     return nbf.v4.new_markdown_cell(text.strip("\n"))
 
 
-def code(text, tags=()):
+def code(text, tags=(), hidden=False):
     c = nbf.v4.new_code_cell(text.strip("\n"))
     if tags:
         c.metadata["tags"] = list(tags)
+    if hidden:  # collapsed in JupyterLab / Notebook 7 until the reader expands it
+        c.metadata["jupyter"] = {"source_hidden": True, "outputs_hidden": True}
     return c
 
 
@@ -309,6 +311,18 @@ write("03_robustness_analysis", [
     md("""
 # 03 · Robustness analysis
 
+**Learning goal.** After this notebook you can say how much each agent loses when the evidence or
+the question is noisy, which noise subtypes hurt most, whether an agent's abstentions are
+trustworthy, and why individual episodes failed.
+
+**How to read the output.** Every section shows one table and, where there is one, its figure.
+*Clean* and *Noise* are success rates (share of tasks answered correctly under strict scoring: the
+right value, or an abstention with an accepted reason) on the clean questions and on their noisy
+twins; the *drop* is Clean − Noise. Brackets are 95 % bootstrap confidence intervals over
+Clean–Noise pairs. The failure modes name what went wrong (a wrong value, a missed or a false
+abstention, a wrong reason …); the example trajectories show each step an agent took. What each
+noise subtype is: `docs/noise.md` or notebook 04.
+
 This notebook calls `ehrgym.report.build_report` — the function behind `ehrgym report` — so the
 command line and the notebook cannot drift apart. It writes every table (CSV, Markdown, LaTeX)
 into `tables/` and every figure (PNG, PDF) into `figures/`, then shows them.
@@ -380,56 +394,187 @@ for example in explore.failure_gallery(episodes, per_mode=examples_per_mode):
 # ---------------------------------------------------------------------------------------------
 write("04_explore_noise", [
     md("""
-# 04 · Explore the noise
+# 04 · Explore the noise: predict, then reveal
 
-For teaching: pick a Clean–Noise pair, read the question, compare the evidence rows on the clean
-and on the noisy view of the database side by side, see what a **credulous** agent answers (it
-runs the clean gold SQL and trusts the result) and what is **expected** — then run an agent live.
+**Learning goal.** Recognise the thirteen kinds of noise in clinical data and questions, see why
+the *credulous* shortcut (run the obvious query, trust whatever comes back) falls for each, and
+practise the check that catches it — by committing to an answer *before* seeing the solution.
 
-Evidence rows come from each task's `meta['evidence_sql']`, run through the task's overlay: the
-same views an agent's episode sees. Everything the widget does is a function of
-`ehrgym.explore` (used directly in the cells below).
+**How to read the output.** Each noise subtype has a *teaching card* (what it is, how it arises in
+real hospitals, the trap, the check, what the expected outcome means; also in `docs/noise.md`).
+For a pair you first see only what an agent sees: the noisy question and its evidence rows
+(numbers rounded as the answer expects). You answer in the same protocol agents use —
+`ANSWER: <value>` or `ABSTAIN: <reason>: <why>` — and the kit's verifier scores you. Only then
+are revealed: the expected outcome (an abstention reason means *the records do not support an
+answer, and this is why*), what the credulous agent said, a robust solution path (the oracle's
+SQL and its result), and the clean vs noisy comparison: both questions with the words that differ
+marked, the evidence with edited cells shown as `clean → noisy` and highlighted, removed and
+inserted rows coloured. For question-level noise the database is unchanged: the two sides are
+the rows each *question* reads.
+
+The interactive explorer at the end needs a running kernel; a shared executed copy shows a
+static snapshot instead. Every step is a function of `ehrgym.explore` / `ehrgym.lesson`.
 """),
     params("""
-db_path = "../data/synthetic-p1000-s0.duckdb"
+db_path = "../data/synthetic-p1000-s0.duckdb"            # the pipeline passes its own paths
 bench_dir = "../data/bench/synthetic-p1000-s0-paper-s0"
 pair_id = None            # None: the first pair in the list
+prediction = None         # your answer to that pair, e.g. "ANSWER: 7.2" or "ABSTAIN: false_premise: ..."
 agent = "skeptic"         # the agent run live below
 """),
     code("""
 import pandas as pd
-from IPython.display import display
+from IPython.display import HTML, Markdown, display
 
 from ehrgym import explore
+from ehrgym.bench.noise.teaching import teaching_markdown
 
-pd.set_option("display.max_columns", 40, "display.width", 250, "display.max_colwidth", 120)
+pd.set_option("display.max_columns", 40, "display.width", 250, "display.max_colwidth", 200)
 ex = explore.NoiseExplorer(db_path, bench_dir)
 pairs = ex.pairs()
-pairs.groupby(["noise_level", "noise_subtype"], sort=False).size().rename("pairs").to_frame()
+pairs.groupby(["noise_level", "subtype_name", "expected"], sort=False).size().rename("pairs").to_frame()
 """),
-    md("## The trap, one pair per noise subtype"),
+    md("""
+## The trap, one pair per noise subtype
+
+What the credulous agent says on one noisy question of each subtype, and what is expected
+(numbers rounded as the answer spec says; `null` means the query returned no value and the agent
+reported it anyway).
+"""),
     code("explore.trap_table(ex)"),
-    md("## One pair up close"),
+    md("## One pair: predict first"),
     code("""
 pair_id = pair_id or pairs["pair_id"].iloc[0]
-view = ex.compare(pair_id)
+view = ex.compare(pair_id, credulous=False)
+HTML(view.student_html())
+"""),
+    md("""
+What would you answer? Set `prediction` in the parameters cell (or here) and run again; the
+verifier scores it before anything is revealed.
+"""),
+    code("""
+if prediction is None:
+    display(Markdown("*No prediction yet: set `prediction` (e.g. `'ANSWER: 7.2'` or "
+                     "`'ABSTAIN: insufficient_evidence: no rows'`) and run this cell again.*"))
+else:
+    scored = ex.predict(pair_id, prediction)
+    display(HTML(ex.reveal(pair_id, scored).html() + "<h4>Clean vs noisy</h4>" + view.comparison_html()))
+"""),
+    md("""
+## Reveal: the comparison
+
+Both questions in full (words that differ are marked), then the evidence: the `rows` column says
+what the noise did to each row; edited cells show `clean → noisy`; the columns the question's SQL
+uses come first.
+"""),
+    code("""
+display(HTML(view.comparison_html()))
 pd.Series(view.summary(), name="").to_frame()
 """),
-    code("view.outcome_table()"),
-    md("Evidence rows, clean and noisy side by side (`both`, `clean only`: removed or edited by the noise, `noisy only`: inserted or edited):"),
-    code("view.evidence"),
-    md("## Run an agent live on the noisy question"),
+    md("## Run an agent live on the noisy question (every step: full SQL, result as a table)"),
     code("""
 run = ex.run_agent(view.noise, agent)
-display(pd.Series(run.summary(), name="").to_frame())
-run.steps
+HTML(f"<p>{agent} said <code>{run.said}</code> — {run.verdict}</p>" + run.steps_html())
 """),
-    md("## Interactive explorer\n\nChoose a noise subtype and a pair; press *run agent live* to watch an agent on the noisy twin."),
+    md("""
+## Interactive explorer
+
+Filter by intent, question level, noise level, subtype or expected outcome, search the questions,
+step with *next pair* / *random pair*. For each pair: read the question and evidence, choose
+*answer* (type the value) or *abstain: reason* (optionally type why), press *check my answer* —
+then study what is revealed. *run agent live* replays an agent on the noisy twin.
+If this shows a static snapshot (or "model not found"), the notebook was reopened without a
+running kernel: run the cells again.
+"""),
     code("""
 # NBVAL_IGNORE_OUTPUT
 # (widget state)
-explore.explorer_widget(ex)
+explore.ExplorerUI(ex, pair_id=pair_id)
 """),
+    md("## Every teaching card (also `docs/noise.md`)"),
+    code("Markdown(teaching_markdown())"),
+])
+
+# ---------------------------------------------------------------------------------------------
+write("07_exercises", [
+    md("""
+# 07 · Exercises: reasoning robustly over noisy clinical records
+
+**Learning goal.** Answer clinical data questions the way a careful analyst would: check the
+evidence before trusting it, answer when the noise can be cleaned away, and abstain — with the
+right reason — when the records do not support an answer. You practise on one pair per noise
+level (record, value, query), then look for the limits of a scripted robust agent.
+
+**How to read the output.** Each exercise shows a question and its evidence exactly as an agent
+would find them. Write your answer in the cell below it, in the answer protocol agents use:
+`"ANSWER: 7.2"` (one value, in the unit asked) or `"ABSTAIN: <reason>: <why>"` with a reason from
+the list printed below. The check cell scores it with the kit's verifier (strict: the value within
+the spec's tolerance, or an accepted abstention reason) and only then reveals the expected
+outcome, the credulous agent's answer, a robust solution path and the clean vs noisy comparison.
+The answer key at the end is hidden (tag `answer-key`; collapsed in JupyterLab, removed by
+`jupyter nbconvert --TagRemovePreprocessor.remove_cell_tags=answer-key`).
+"""),
+    params("""
+db_path = "../data/synthetic-p1000-s0.duckdb"            # the pipeline passes its own paths
+bench_dir = "../data/bench/synthetic-p1000-s0-paper-s0"
+seed = 0                  # which pairs the lesson draws
+agent = "skeptic"         # the agent the open exercise examines
+limit_pairs = 26          # noisy twins it is run on (round-robin over the subtypes)
+use_answer_key = False    # a teacher's run: fill unanswered exercises with the key (checks the key)
+"""),
+    code("""
+import pandas as pd
+from IPython.display import HTML, Markdown, display
+
+from ehrgym import explore, lesson
+from ehrgym.env.protocol import REASON_DESCRIPTIONS
+
+pd.set_option("display.max_columns", 40, "display.width", 250, "display.max_colwidth", 200)
+ex = explore.NoiseExplorer(db_path, bench_dir)
+steps = lesson.lesson_pairs(ex, seed=seed)
+pd.Series(REASON_DESCRIPTIONS, name="abstention reasons").to_frame()
+"""),
+    md("## Exercise 1 (record-level noise)"),
+    code("HTML(lesson.exercise_html(ex, steps, 1))"),
+    md("What would you answer?"),
+    code("""
+answer_1 = None           # e.g. "ANSWER: 7.2" or "ABSTAIN: insufficient_evidence: no rows for this stay"
+HTML(lesson.check_answer(ex, steps, 1, answer_1, use_key=use_answer_key))
+"""),
+    md("## Exercise 2 (value-level noise)"),
+    code("HTML(lesson.exercise_html(ex, steps, 2))"),
+    md("What would you answer?"),
+    code("""
+answer_2 = None
+HTML(lesson.check_answer(ex, steps, 2, answer_2, use_key=use_answer_key))
+"""),
+    md("## Exercise 3 (query-level noise)"),
+    code("HTML(lesson.exercise_html(ex, steps, 3))"),
+    md("What would you answer?"),
+    code("""
+answer_3 = None
+HTML(lesson.check_answer(ex, steps, 3, answer_3, use_key=use_answer_key))
+"""),
+    md("""
+## Open exercises
+
+1. **Where does the skeptic fail?** The table lists noisy questions the scripted `skeptic` agent
+   (generic checks: existence, plausibility, duplicates, units, windows) gets wrong. Pick one, open
+   it in notebook 04 (`pair_id = ...`) and explain in a few sentences which check was missing or
+   misfired, and what a better check would be.
+2. **Write the check.** For one subtype, write the SQL of its check (the teaching card's *the
+   check that catches it*) and run it on the pair with `ex.query(sql, task.overlay)`.
+3. **Argue a reason.** For a pair that expects an abstention, argue why the accepted reasons fit
+   and the others do not (`docs/noise.md` lists them).
+"""),
+    code("""
+failures = lesson.agent_failures(ex, agent, limit=limit_pairs)
+print(f"{agent} failed on {len(failures)} of {limit_pairs} noisy questions tried")
+failures
+"""),
+    md("Your explanation (exercise 1): *…*"),
+    md("## Answer key (hidden: expand the cell to see it)"),
+    code("lesson.answer_key(ex, steps)", tags=("answer-key",), hidden=True),
 ])
 print("notebooks written to", OUT)
 

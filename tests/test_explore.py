@@ -10,6 +10,7 @@ import pytest
 
 from ehrgym import explore
 from ehrgym.bench.configs import BuildConfig
+from ehrgym.bench.noise.teaching import subtype_title
 from ehrgym.vocab import NOISE_SUBTYPES
 
 TINY = BuildConfig("tiny", 40, oversample=4.0, min_candidates=8)
@@ -157,7 +158,8 @@ def test_compare_shows_the_overlay_and_the_trap(explorer: explore.NoiseExplorer)
         out = view.outcome_table()
         assert out["credulous_correct"].tolist() == [True, False], (row.pair_id, out.to_dict("records"))
         assert out["expected"].tolist() == [explore.expected_text(view.clean), explore.expected_text(view.noise)]
-        assert view.summary()["noise"] == f"{view.noise.noise.level} · {view.noise.noise.subtype}"
+        assert view.noise_label == f"{view.noise.noise.level} · {view.noise.noise.subtype}"
+        assert view.summary()["noise"] == f"{subtype_title(view.noise.noise.subtype)} ({view.noise.noise.level})"
     assert len(seen) >= 5
 
 
@@ -188,17 +190,195 @@ def test_task_without_evidence_sql_is_a_clear_error(explorer: explore.NoiseExplo
         explorer.evidence(bare)
 
 
-def test_widget_callbacks(explorer: explore.NoiseExplorer) -> None:
+def test_widget_callbacks_predict_then_reveal(explorer: explore.NoiseExplorer) -> None:
+    """The widget's own callbacks, driven as a click would: filter, search, next/random, check, run."""
     pytest.importorskip("ipywidgets")
-    ui = explorer_ui = explore.explorer_widget(explorer, agents=("oracle", "credulous"))
-    controls, pair, show, live = explorer_ui.children
-    subtype, agent, button = controls.children
-    last = subtype.options[-1]
-    subtype.value = last                                  # refilters the pairs and re-renders
-    assert all(value in set(explorer.pairs(noise_subtype=last)["pair_id"]) for _, value in pair.options)
-    agent.value = "credulous"
-    button.click()                                        # runs the agent live (no kernel: output is dropped)
-    assert ui is explorer_ui
+    from ehrgym import lesson
+
+    ui = explore.ExplorerUI(explorer, agents=("oracle", "credulous"))
+    assert len(ui.pair.options) == len(explorer.pairs())
+    sub = ui.filters["noise_subtype"]
+    assert all("_" not in label for label, value in sub.options), "subtypes are shown by readable name"
+    label, last = sub.options[-1]
+    sub.value = last                                       # refilters the pair list
+    want = set(explorer.pairs(noise_subtype=last)["pair_id"])
+    assert {v for _, v in ui.pair.options} == want and ui.pair.value in want
+    assert ui.count.value.startswith(f"{len(want)} of ")
+    ui.filters["expected"].value = ui.filters["expected"].options[-1][1]
+    assert all(v in want for _, v in ui.pair.options)
+    for dd in ui.filters.values():
+        dd.value = explore.ALL
+    first = ui.pair.value
+    ui.next_button.click()
+    assert ui.pair.value != first or len(ui.pair.options) == 1
+    ui.random_button.click()
+    assert ui.pair.value in {v for _, v in ui.pair.options}
+    word = explorer.pairs()["noisy_question"].iloc[0].split()[-1]
+    ui.search.value = word
+    assert all(word.casefold() in explorer.pairs().set_index("pair_id").loc[v, "noisy_question"].casefold()
+               or word.casefold() in explorer.pairs().set_index("pair_id").loc[v, "question"].casefold()
+               for _, v in ui.pair.options)
+    ui.search.value = ""
+    # nothing is revealed before a prediction
+    assert ui.revealed is None and ui.prediction is None
+    _, noise = explorer.pair(ui.pair.value)
+    key = lesson.protocol_line(noise)
+    ui.answer.value = key
+    ui.check_button.click()
+    assert ui.prediction is not None and ui.prediction.correct, ui.prediction.summary()
+    assert ui.revealed is not None and ui.revealed.expected == lesson.expected_words(noise)
+    assert ui.revealed.credulous_correct is False                  # the trap is shown
+    # a wrong prediction is scored wrong by the same verifier
+    ui.choice.value = "answer" if noise.expected.is_abstain else "abstain: out_of_scope"
+    ui.answer.value = "123456" if noise.expected.is_abstain else ""
+    ui.check_button.click()
+    assert not ui.prediction.correct and ui.prediction.verdict.failure in ("missed_abstention", "false_abstention")
+    ui.next_button.click()                                 # a new pair hides the reveal again
+    assert ui.revealed is None and ui.answer.value == ""
+    ui.agent.value = "oracle"
+    ui.run_button.click()
+    assert ui.last_run is not None and ui.last_run.success
+    bundle = ui._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle and "Static snapshot" in bundle["text/html"]
+    assert explore.explorer_widget(explorer).widget is not None
+
+
+def test_prediction_is_read_by_the_agents_protocol(explorer: explore.NoiseExplorer) -> None:
+    from ehrgym import lesson
+
+    read = lesson.read_prediction
+    assert read("7.2").value == "7.2" and not read("7.2").is_abstain
+    assert read("ANSWER: 7.2", "abstain: false_premise").value == "7.2"          # a protocol line wins
+    got = read("ABSTAIN: contradictory records: two values")
+    assert got.abstain == "conflicting_evidence" and got.explanation == "two values"
+    assert read("", "abstain: out_of_scope").abstain == "out_of_scope"
+    assert read("nobody records that", "abstain: out_of_scope").explanation == "nobody records that"
+    assert read('{"abstain": "insufficient evidence"}').abstain == "insufficient_evidence"
+    assert read("") is None and read(None) is None
+    with pytest.raises(lesson.LessonError, match="unknown choice"):
+        read("1", "abstain: because")
+    _, noise = explorer.pair(explorer.pairs()["pair_id"].iloc[0])
+    empty = explorer.predict(noise, "")
+    assert not empty.correct and empty.verdict.failure == "no_answer"
+    hedged = explorer.predict(noise, "2 or 3")
+    assert not hedged.correct                              # the verifier's strictness applies to students too
+
+
+def test_every_subtype_predict_then_reveal(explorer: explore.NoiseExplorer) -> None:
+    from ehrgym import lesson
+    from ehrgym.bench.noise.teaching import teaching_card
+
+    index = explorer.pairs()
+    for pair_id in index.drop_duplicates("noise_subtype")["pair_id"]:
+        clean, noise = explorer.pair(pair_id)
+        right = explorer.predict(pair_id, lesson.protocol_line(noise))      # a pair id means its noisy twin
+        assert right.correct, (pair_id, right.summary())
+        trap = explorer.run_agent(noise, "credulous")       # the credulous answer, given by a student
+        if trap.answer is not None:
+            assert not explorer.predict(pair_id, f"ANSWER: {trap.answer}").correct, pair_id
+        if noise.expected.is_abstain:
+            assert not explorer.predict(pair_id, lesson.protocol_line(clean)).correct, pair_id
+        reveal = explorer.reveal(pair_id, right)
+        card = teaching_card(noise.noise.subtype)
+        assert reveal.card is card and reveal.credulous_correct is False
+        page = reveal.html()
+        assert card.title in page and card.check in page.replace("&#x27;", "'")
+        assert "✔ correct" in page and "Expected:" in page
+        assert reveal.robust_steps is not None and reveal.robust_steps["tool"].tolist()[-1] == "answer"
+        full_sql = reveal.robust_steps["action"].iloc[0]
+        assert full_sql == "sql: " + noise.gold_sql                         # the full query, not cut
+        view = explorer.compare(pair_id, credulous=False)
+        assert view.comparison is not None
+        statuses = set(view.comparison.table[lesson.STATUS])
+        if noise.overlay.is_empty:                         # question-level: no row is "removed by the noise"
+            assert statuses <= {lesson.BOTH_Q, lesson.CLEAN_Q, lesson.NOISY_Q}
+            assert not view.comparison.data_changed
+        else:
+            assert statuses - {lesson.UNCHANGED}, (pair_id, statuses)
+        if noise.question != clean.question:
+            assert "<ins" in view.comparison_html() and "<del" in view.comparison_html()
+        assert noise.question in view.student_html().replace("&#x27;", "'")
+
+
+def test_compare_evidence_hand_cases() -> None:
+    from ehrgym import lesson
+
+    clean = pd.DataFrame({"labevent_id": [1, 2, 3], "item": ["K", "K", "Na"], "valuenum": [4.0, 4.2, 140.0],
+                          "valueuom": ["mEq/L", "mEq/L", "mEq/L"]})
+    noise = pd.DataFrame({"labevent_id": [1, 3, 9], "item": ["K", "Na", "K"], "valuenum": [4.0, 1.4, 4.0],
+                          "valueuom": ["mEq/L", "g/L", "mEq/L"]})
+    comp = lesson.compare_evidence(clean, noise, sql="SELECT valuenum FROM t WHERE item = 'K'")
+    t = comp.table
+    assert list(t.columns)[:3] == [lesson.STATUS, "valuenum", "valueuom"]   # changed columns first
+    assert t[lesson.STATUS].tolist() == [lesson.UNCHANGED, lesson.REMOVED, lesson.EDITED, lesson.INSERTED]
+    edited = t.iloc[2]
+    assert edited["valuenum"] == "140 → 1.4" and edited["valueuom"] == "mEq/L → g/L" and edited["labevent_id"] == 3
+    assert comp.changed == {(2, "valuenum"), (2, "valueuom")}
+    page = comp.html()
+    assert page.count(lesson.CHANGED_CELL) == 2 and "140 → 1.4" in page
+    # a re-stored copy (new row id) is inserted; rows after it whose dense id was renumbered are unchanged
+    dup = lesson.compare_evidence(pd.DataFrame({"transfer_id": [10, 11], "unit": ["MICU", "Ward"]}),
+                                  pd.DataFrame({"transfer_id": [10, 11, 12], "unit": ["MICU", "MICU", "Ward"]}))
+    assert dup.table[lesson.STATUS].tolist() == [lesson.UNCHANGED, lesson.UNCHANGED, lesson.INSERTED]
+    # rounding as the answer spec says
+    r = lesson.compare_evidence(pd.DataFrame({"v": [0.5999999999999996]}), pd.DataFrame({"v": [0.6]}), decimals=2)
+    assert r.table[lesson.STATUS].tolist() == [lesson.UNCHANGED]
+    # question-level noise: the same data, rows each question reads
+    q = lesson.compare_evidence(clean.head(1), clean.iloc[0:0], data_changed=False)
+    assert q.table[lesson.STATUS].tolist() == [lesson.CLEAN_Q] and "Only the question changed" in q.note
+
+
+def test_question_diff_and_observation_tables() -> None:
+    from ehrgym import lesson
+
+    a = "Average ICU LOS in days for the medical ICU stays starting in 2196?"
+    b = "Average ICU LOS in days for the medical ICU stays starting in 2197?"
+    assert lesson.question_diff_text(a, b).endswith("starting in [-2196?-] {+2197?+}")
+    page = lesson.question_diff_html(a, b)
+    assert "<del style='background:#ffe3e3'>2196?</del>" in page and "2197?</ins>" in page
+    assert a[:40] in page                                   # both questions in full
+    assert "the same in both twins" in lesson.question_diff_html(a, a)
+    obs = "p0 | p1\n---+--------\n1  | 2196-01-01\n2  | NULL\n(2 rows)"
+    df = lesson.observation_table(obs)
+    assert df.columns.tolist() == ["p0", "p1"] and df.values.tolist() == [["1", "2196-01-01"], ["2", "NULL"]]
+    assert lesson.observation_table("error: no such table") is None
+    steps = pd.DataFrame([{"step": 1, "tool": "sql", "action": "sql: SELECT 1 AS p0,\n 2 AS p1", "observation": obs},
+                          {"step": 2, "tool": "answer", "action": "answer: 1", "observation": "done"}])
+    page = lesson.steps_html(steps)
+    assert "<details>" in page and "SELECT 1 AS p0,\n 2 AS p1" in page and "<table" in page
+    from ehrgym.bench.answers import AnswerSpec
+
+    spec = AnswerSpec("number", decimals=2)
+    assert lesson.said_text(1.8254629629629628, None, "answered", spec) == "answer 1.83"
+    assert lesson.said_text(None, None, "answered", spec).startswith("answer null — the query returned no value")
+    assert lesson.said_text(None, "false_premise", "answered", spec) == "abstain (false_premise)"
+
+
+def test_exercise_lesson(explorer: explore.NoiseExplorer) -> None:
+    from ehrgym import lesson
+
+    steps = lesson.lesson_pairs(explorer, seed=0)
+    assert steps["step"].tolist() == list(range(1, len(steps) + 1))
+    assert steps["noise_level"].is_unique and set(steps["noise_level"]) <= {"record", "value", "query"}
+    assert steps.equals(lesson.lesson_pairs(explorer, seed=0))              # deterministic
+    first = lesson.exercise_html(explorer, steps, 1)
+    assert "Exercise 1 of" in first and "Expected" not in first             # nothing revealed yet
+    waiting = lesson.check_answer(explorer, steps, 1, None)
+    assert "answer_1" in waiting and "Expected" not in waiting
+    key = lesson.answer_key(explorer, steps)
+    assert key["step"].tolist() == steps["step"].tolist()
+    right = lesson.check_answer(explorer, steps, 1, key["answer"].iloc[0])
+    assert "✔ correct" in right and "Expected:" in right and "Clean vs noisy" in right
+    assert "✔ correct" in lesson.check_answer(explorer, steps, 1, None, use_key=True)
+    wrong = lesson.check_answer(explorer, steps, 1, "ABSTAIN: out_of_scope" if "ANSWER" in key["answer"].iloc[0]
+                                else "ANSWER: 1")
+    assert "✘ not correct" in wrong
+    with pytest.raises(lesson.LessonError, match="steps"):
+        lesson.check_answer(explorer, steps, 99, "ANSWER: 1")
+    failures = lesson.agent_failures(explorer, "credulous", limit=5)       # credulous falls for every trap
+    assert len(failures) == 5 and failures["noise"].is_unique
+    assert list(failures.columns) == ["pair_id", "noise", "question", "credulous said", "expected", "failure",
+                                      "verdict"]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -52,6 +52,37 @@ def test_notebook_structure(name: str) -> None:
             assert not stripped.startswith(("def ", "class ", "async def ")), \
                 f"{name}: notebooks stay thin — move `{stripped[:40]}` into an ehrgym module"
     assert nb.cells[0].cell_type == "markdown" and nb.cells[0].source.startswith("# ")
+    if name in ("03_robustness_analysis",) + pipeline.TEACHING_NOTEBOOKS:
+        assert "**Learning goal.**" in nb.cells[0].source and "**How to read the output.**" in nb.cells[0].source
+
+
+def test_exercise_notebook_asks_before_it_reveals_and_hides_its_key() -> None:
+    nb = _read(pipeline.EXERCISE_NOTEBOOK)
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    asks = [i for i, src in enumerate(code) if src.startswith("answer_")]
+    assert len(asks) == 3, "one 'what would you answer?' cell per noise level"
+    for i in asks:
+        step = code[i].split("=")[0].strip().removeprefix("answer_")
+        assert f"lesson.check_answer(ex, steps, {step}, answer_{step}" in code[i]
+        assert f"lesson.exercise_html(ex, steps, {step})" in code[i - 1]     # the question comes first
+    [key] = [c for c in nb.cells if "answer-key" in c.metadata.get("tags", [])]
+    assert key.metadata["jupyter"] == {"source_hidden": True, "outputs_hidden": True}
+    assert nb.cells.index(key) == len(nb.cells) - 1
+    assert any("agent_failures" in src for src in code)
+
+
+def test_executed_explorer_keeps_a_static_fallback(executed: tuple[pipeline.PipelineConfig, dict[str, Path]]) -> None:
+    """A shared executed copy shows something without a kernel: the widget state and a static snapshot."""
+    _, paths = executed
+    nb = nbformat.read(paths[pipeline.EXPLORE_NOTEBOOK], as_version=4)
+    widget_out = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+                  if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    assert len(widget_out) == 1 and "Static snapshot" in widget_out[0]["data"]["text/html"]
+    assert "application/vnd.jupyter.widget-state+json" in nb.metadata.get("widgets", {})
+    ex = nbformat.read(paths[pipeline.EXERCISE_NOTEBOOK], as_version=4)
+    html = "".join(o.get("data", {}).get("text/html", "") for c in ex.cells if c.cell_type == "code"
+                   for o in c.get("outputs", []))
+    assert html.count("Write your answer to exercise") == 3 and "Expected:" not in html   # nothing revealed
 
 
 def test_pipeline_parameters_match_the_notebooks() -> None:
@@ -77,11 +108,8 @@ def executed(tmp_path_factory: pytest.TempPathFactory) -> tuple[pipeline.Pipelin
                                   figures=str(root / "figures"), split="test", limit_pairs=24, n_boot=50,
                                   progress=False, agents=pipeline.BASELINES)
     log: list[str] = []
-    report = pipeline.run_pipeline(cfg, log=log.append)
+    report = pipeline.run_pipeline(cfg, log=log.append)      # the stages, then the teaching notebooks
     paths = {name: Path(p) for name, p in report.notebooks.items()}
-    paths[pipeline.EXPLORE_NOTEBOOK] = pipeline.execute_notebook(
-        pipeline.EXPLORE_NOTEBOOK, {"db_path": str(cfg.db_path), "bench_dir": str(cfg.bench_dir)},
-        cfg.executed_dir)
     assert any("finished in" in line for line in log)
     return cfg, paths
 
@@ -98,7 +126,7 @@ def test_pipeline_regenerates_tables_and_figures(executed: tuple[pipeline.Pipeli
         for ext in ("png", "pdf"):
             assert (figures / f"{name}.{ext}").stat().st_size > 0
     record = json.loads((cfg.executed_dir / "pipeline.json").read_text())
-    assert list(record["notebooks"]) == list(pipeline.PIPELINE_NOTEBOOKS)
+    assert list(record["notebooks"]) == list(pipeline.ALL_NOTEBOOKS)
     for path in paths.values():
         nb = nbformat.read(path, as_version=4)
         errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])

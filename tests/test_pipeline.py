@@ -34,7 +34,9 @@ def test_paths_and_parameters(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert cfg.runs_dir == (tmp_path / "d" / "runs" / "synthetic-p300-s5-small-s5").resolve()
     assert cfg.agent_list == ["oracle", "credulous", "literal", "skeptic"]
     params = cfg.notebook_parameters()
-    assert list(params) == list(pipeline.PIPELINE_NOTEBOOKS)
+    assert list(params) == list(pipeline.ALL_NOTEBOOKS)
+    for teaching in pipeline.TEACHING_NOTEBOOKS:        # the explorer and the exercises follow the same paths
+        assert params[teaching]["db_path"] == str(cfg.db_path) and params[teaching]["bench_dir"] == str(cfg.bench_dir)
     assert params["00_build_database"]["db_path"] == str(cfg.db_path)
     assert params["01_build_benchmark"]["bench_dir"] == str(cfg.bench_dir)
     assert params["02_run_evaluation"]["k"] == 3 and params["02_run_evaluation"]["agents"] == cfg.agent_list

@@ -9,6 +9,7 @@ from statistics import mean
 from typing import Any
 
 from ehrgym.bench.complexity import complexity_by_tier
+from ehrgym.bench.noise.teaching import expected_outcomes, teaching_card
 from ehrgym.bench.task import Task
 from ehrgym.bench.validity import ValidityContext, validity_markdown, validity_report
 from ehrgym.vocab import INTENTS, NOISE_SUBTYPES
@@ -89,9 +90,14 @@ def card_markdown(card: dict[str, Any]) -> str:
         for tier, row in by_tier.items():
             lines.append(f"| {tier} | {card.get('by_tier', {}).get(tier, 0)} | {row['mean']} | {row['median']} | "
                          f"{row['clean_mean']} |")
-    lines += ["", "## Noise", "", "| level | subtype | pairs |", "|---|---|---|"]
+    lines += ["", "## Noise", "",
+              "Each subtype's teaching card (docs/noise.md, `ehrgym bench teaching-cards`) says how it arises "
+              "and why the credulous shortcut falls for it.", "",
+              "| level | subtype | pairs | what it is | the check that catches it | expected |", "|---|---|---|---|---|---|"]
     for sub, n in card["by_subtype"].items():
-        lines.append(f"| {NOISE_SUBTYPES[sub]} | {sub} | {n} |")
+        tc = teaching_card(sub)
+        lines.append(f"| {NOISE_SUBTYPES[sub]} | {tc.title} (`{sub}`) | {n} | {tc.definition} | {tc.check} | "
+                     f"{expected_outcomes(sub)} |")
     lines += ["", "Noise levels: " + ", ".join(f"{k} {v}" for k, v in card["by_noise_level"].items()),
               "", "## Expected outcomes", ""]
     lines += [f"- {k}: {v}" for k, v in card["by_expected"].items()]

@@ -74,3 +74,25 @@ def show(path: Path, task_or_pair_id: str, no_verify_hash: bool) -> None:
             for e in t.noise.overlay.edits:
                 click.echo(f"overlay: {e.table}: delete {len(e.delete_rowids)} rows, insert {len(e.insert_rows)}")
         click.echo(f"gold SQL:\n{t.gold_sql}\n")
+
+
+@group.command("teaching-cards")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the Markdown here (the repository keeps it in docs/noise.md) instead of printing it.")
+@click.option("--check", is_flag=True, help="With --out: exit 1 if the file differs from what would be written.")
+def teaching_cards(out: Path | None, check: bool) -> None:
+    """The teaching card of every noise subtype (what it is, how it arises, the credulous trap, the check that
+    catches it, the expected outcome) as Markdown; the cards live on the injectors in ehrgym/bench/noise/."""
+    from ehrgym.bench.noise.teaching import teaching_markdown
+
+    text = teaching_markdown()
+    if out is None:
+        click.echo(text, nl=False)
+    elif check:
+        if not out.is_file() or out.read_text(encoding="utf-8") != text:
+            raise click.ClickException(f"{out} is out of date: run `ehrgym bench teaching-cards --out {out}`")
+        click.echo(f"{out} is up to date")
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+        click.echo(f"wrote {out}")

@@ -18,6 +18,7 @@ import duckdb
 import numpy as np
 
 from ehrgym.bench.noise.cleaning import Cleaner
+from ehrgym.bench.noise.teaching import TeachingCard
 from ehrgym.bench.sqlrender import render_sql
 from ehrgym.bench.task import NoiseSpec
 from ehrgym.bench.templates.base import Template
@@ -218,6 +219,8 @@ class Injector:
     credulous agent reports, so it still traps). ``presupposes_event``: the noise makes the
     question ask about events that did not happen — only valid where "none" is not itself an
     answer (not for counts or yes/no questions, where 0 / False is simply correct).
+    ``teaching``: the :class:`~ehrgym.bench.noise.teaching.TeachingCard` that explains the
+    subtype to people (explorer, exercises, benchmark card, docs/noise.md).
     """
 
     subtype: ClassVar[str]
@@ -228,6 +231,7 @@ class Injector:
     rationale: ClassVar[str] = ""
     empty_is_trap: ClassVar[bool] = False
     presupposes_event: ClassVar[bool] = False
+    teaching: ClassVar[TeachingCard | None] = None  # the subtype explained for people (noise.teaching)
 
     @property
     def level(self) -> str:

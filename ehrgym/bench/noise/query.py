@@ -32,6 +32,7 @@ from ehrgym.bench.noise.cleaning import plain_relation
 from ehrgym.bench.noise.lexicon import variants
 from ehrgym.bench.noise.scope import FRAMES, ends_clause, slot_kind, swap_phrases
 from ehrgym.bench.noise.similar import group_of
+from ehrgym.bench.noise.teaching import TeachingCard
 from ehrgym.bench.noise.values import parse_stamp
 from ehrgym.bench.sqlrender import placeholders, render_sql, render_text, sql_value, text_value
 from ehrgym.db.schema import table_spec
@@ -46,6 +47,17 @@ def _edit(kind: str, param: str, old, new) -> dict:
 @register_injector
 class NonexistentEntity(Injector):
     subtype = "nonexistent_entity"
+    teaching = TeachingCard(
+        title="Nonexistent entity",
+        definition="The question names a patient, admission or ICU stay whose id does not exist in the database.",
+        arises=("A mistyped or transposed identifier, an id from another system or another database, or a record that "
+                "was merged away."),
+        trap=("The credulous query finds no rows and the agent reports the empty result (null, 0, 'no') as a fact "
+              "about a patient who does not exist."),
+        check="Look the id up in its own table (patients, admissions, icustays) before querying the events.",
+        outcome=("Abstain with `invalid_reference`: the question refers to something that is not there; it is not a "
+                 "case of missing evidence about a real patient."),
+    )
     outcome, reason, empty_is_trap = "abstain", "invalid_reference", True
     description = "the question names a patient/admission/stay that does not exist"
 
@@ -132,6 +144,18 @@ def _weighted(rng: np.random.Generator, items: list[Any], weights: list[float]) 
 @register_injector
 class FalsePremise(Injector):
     subtype = "false_premise"
+    teaching = TeachingCard(
+        title="False premise",
+        definition=("The question presupposes an event that never happened, e.g. asks for the dose of a drug the "
+                    "patient never received."),
+        arises="A clinician misremembers, confuses two patients, or copies a question template to the wrong case.",
+        trap=("The credulous query returns nothing (or NULL) and the agent reports that as the answer instead of "
+              "pointing out that the premise is false."),
+        check=("Confirm that the event the question presupposes exists for this patient before computing anything "
+               "about it."),
+        outcome=("Abstain with `false_premise` (`insufficient_evidence` is accepted too: a never-happened event and "
+                 "lost rows look the same)."),
+    )
     outcome, reason, empty_is_trap = "abstain", "false_premise", True
     description = "the question presupposes an event that never happened"
 
@@ -184,6 +208,19 @@ YEAR_TRIES = 4  # candidate years (already filtered by the sampler) checked agai
 @register_injector
 class TemporalMismatch(Injector):
     subtype = "temporal_mismatch"
+    teaching = TeachingCard(
+        title="Temporal mismatch",
+        definition=("The question's time window (a year, a day of the stay) lies outside the record, so it asks about "
+                    "events in a period with no data."),
+        arises=("A wrong year or date in the question, a confusion between admissions, or shifted dates in a "
+                "de-identified database."),
+        trap=("The credulous query filters on the window, finds nothing and returns NULL, which the agent reports as "
+              "the answer."),
+        check=("Compare the question's window with the range of dates the record covers (the admissions, the stay) "
+               "before querying inside it."),
+        outcome=("Abstain with `false_premise` (`insufficient_evidence` is accepted too): there is no record in that "
+                 "window to answer from."),
+    )
     outcome, reason, empty_is_trap, presupposes_event = "abstain", "false_premise", True, True
     description = "the question's time window lies outside the record"
 
@@ -251,6 +288,17 @@ class TemporalMismatch(Injector):
 @register_injector
 class LexicalVariation(Injector):
     subtype = "lexical_variation"
+    teaching = TeachingCard(
+        title="Lexical variation",
+        definition=("The question names a drug, lab or unit with a misspelling, an abbreviation or another common "
+                    "form."),
+        arises="Clinicians write as they speak: abbreviations (K for potassium), brand names, typos.",
+        trap=("The credulous query matches the name literally, finds nothing (or the wrong thing) and answers from "
+              "that."),
+        check=("Map the name to the database's vocabulary (case-insensitive, the concept's known spellings) and look "
+               "at what the vocabulary holds before filtering on it."),
+        outcome="Answer, as for the correctly spelled name; the expected value is the clean one.",
+    )
     description = "a misspelled or abbreviated name"
 
     def fits(self, template) -> bool:
@@ -275,6 +323,17 @@ class LexicalVariation(Injector):
 @register_injector
 class OutOfScope(Injector):
     subtype = "out_of_scope"
+    teaching = TeachingCard(
+        title="Out of scope",
+        definition=("The question asks for something no EHR table holds (e.g. the patient's favourite food, or the "
+                    "reason a doctor chose a drug)."),
+        arises="Users ask a data assistant about things the record never captures.",
+        trap=("The credulous agent still runs a query (usually the one for a similar, answerable question) and reports"
+              " its result."),
+        check="Ask whether any table and column could hold the answer before writing SQL.",
+        outcome=("Abstain with `out_of_scope`: the schema has no place for the answer, which is different from "
+                 "evidence that is missing."),
+    )
     outcome, reason = "abstain", "out_of_scope"
     description = "the question asks for something no EHR table holds"
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from ehrgym.bench.noise import cleaning
 from ehrgym.bench.noise.base import ROWID, InjectContext, Injection, Injector, batch_size, register_injector
+from ehrgym.bench.noise.teaching import TeachingCard
 from ehrgym.bench.noise.values import (conflicting, derivable, finite, format_like, parse_stamp, shift_times,
                                        shifted, typed_value)
 from ehrgym.db.overlay import Overlay, TableEdit
@@ -44,6 +45,19 @@ def _other_category(ctx: InjectContext, current: Any) -> Any:
 @register_injector
 class MissingEvidence(Injector):
     subtype = "missing_evidence"
+    teaching = TeachingCard(
+        title="Missing evidence",
+        definition=("The rows the question is about are not in the database: the lab, the medication or the transfer "
+                    "was never stored, although the patient and the admission are."),
+        arises=("Interfaces between a lab or pharmacy system and the EHR drop messages; results arrive after the data "
+                "extract; a record is filed under another admission or another patient."),
+        trap=("The obvious query runs without error and returns nothing (or NULL); the credulous agent reports that as"
+              " the answer, e.g. 'null' or 'no value', as if the empty result were a fact about the patient."),
+        check=("Before trusting an empty result, confirm that the patient and admission exist and count the evidence "
+               "rows: zero rows for an entity that exists means the record is missing."),
+        outcome=("Abstain with `insufficient_evidence`: nothing in the database gives the answer. `false_premise` is "
+                 "accepted too, because deleted rows look exactly like an event that never happened."),
+    )
     description = "the rows the question presupposes were deleted"
     outcome, reason, empty_is_trap = "abstain", "insufficient_evidence", True
     rationale = "the record the question is about is absent: nothing in the database gives the answer"
@@ -62,6 +76,18 @@ class MissingEvidence(Injector):
 @register_injector
 class DuplicateRecords(Injector):
     subtype = "duplicate_records"
+    teaching = TeachingCard(
+        title="Duplicate records",
+        definition=("Some evidence rows are stored twice: a copy with the same content (same patient, time and value) "
+                    "but a new row id."),
+        arises=("An interface re-sends a batch after a time-out, a result is re-filed after a correction, or two feeds"
+                " deliver the same event."),
+        trap=("Counts and sums include every copy, and a mean over a re-sent batch leans towards the copied values: "
+              "the credulous answer is too high or shifted."),
+        check=("Group the evidence by its natural key (patient, time, item, value) and look for groups with more than "
+               "one row; keep one row per group."),
+        outcome="Answer, computed on the deduplicated rows; the expected value is the clean one.",
+    )
     description = "evidence rows stored twice (re-stored copies with new ids)"
     rationale = "a re-stored copy has the same natural key and a later store time: dropping it recovers the answer"
 
@@ -92,6 +118,17 @@ class DuplicateRecords(Injector):
 @register_injector
 class OutOfWindow(Injector):
     subtype = "out_of_window"
+    teaching = TeachingCard(
+        title="Out-of-window records",
+        definition=("Rows are linked to the admission or ICU stay the question asks about, but their timestamps lie "
+                    "outside that stay."),
+        arises=("A result is attached to the wrong encounter, a pre-admission or outpatient test is carried into the "
+                "stay, or a clock or time-zone error moves a timestamp."),
+        trap=("The credulous query filters by the stay's id only, so the rows from outside the stay enter the count, "
+              "the first/last value or the average."),
+        check="Join the stay's start and end times and keep only rows timestamped inside the window.",
+        outcome="Answer, computed without the rows outside the stay; the expected value is the clean one.",
+    )
     requires = ("window", "time_col")
     description = "rows linked to the stay but timestamped outside it"
     rationale = "rows timestamped outside the stay they are linked to are dropped by a window check"
@@ -176,6 +213,18 @@ class OutOfWindow(Injector):
 @register_injector
 class ConflictingRecords(Injector):
     subtype = "conflicting_records"
+    teaching = TeachingCard(
+        title="Conflicting records",
+        definition=("Two records of the same measurement (same patient, same time, same item) disagree, and nothing in"
+                    " the data says which one is right."),
+        arises=("A result is corrected without the old value being retracted, two devices or systems report the same "
+                "sample, or a manual entry disagrees with an interfaced one."),
+        trap=("The credulous query takes whichever row comes first (or averages both) and answers confidently with a "
+              "value that may be the wrong one."),
+        check="Group by the natural key of the measurement and look for groups whose values differ.",
+        outcome=("Abstain with `conflicting_evidence`: believing the other record would change the answer, so no "
+                 "single value is supported."),
+    )
     description = "a contradictory row with the same natural key (same sample, other value)"
     outcome, reason = "abstain", "conflicting_evidence"
     rationale = ("two records of the same measurement disagree and nothing in the data says which is right; "

@@ -9,6 +9,7 @@ import numpy as np
 
 from ehrgym.bench.noise import cleaning
 from ehrgym.bench.noise.base import ROWID, InjectContext, Injection, Injector, batch_size, register_injector
+from ehrgym.bench.noise.teaching import TeachingCard
 from ehrgym.bench.noise.units import conversion_for
 from ehrgym.bench.noise.values import (MISSING_PLACEHOLDERS, decimals_of, derivable, finite, format_like,
                                        implausible, number_forms, shift_times, typed_value, with_decimals)
@@ -169,6 +170,20 @@ class _UnreadableValue(Injector):
 @register_injector
 class ImplausibleValue(_UnreadableValue):
     subtype = "implausible_value"
+    teaching = TeachingCard(
+        title="Implausible value",
+        definition=("A value that cannot be physiologically true (a decimal slip such as 550 years, or a wrong sign), "
+                    "and that is not a valid reading in another unit."),
+        arises=("Typing errors in manual entry, a misplaced decimal point, device artefacts, or a unit dropped at an "
+                "interface."),
+        trap=("The credulous query returns the impossible number, or an aggregate that includes it, and the agent "
+              "reports it as if it were real."),
+        check=("Compare the value with a plausible range for the item (physiology, and the 0.1-99.9 % range of real "
+               "data) before using it."),
+        outcome=("When the impossible value alone decides the answer, abstain with `implausible_value`: the records "
+                 "show an impossible value, not a missing one. When it is one of many values in an aggregate, answer "
+                 "without it."),
+    )
     requires = ("value_col",)
     description = "a physiologically impossible value (decimal slip or sign error)"
     outcome, reason = "abstain", "implausible_value"
@@ -197,6 +212,19 @@ class ImplausibleValue(_UnreadableValue):
 @register_injector
 class UnitMismatch(Injector):
     subtype = "unit_mismatch"
+    teaching = TeachingCard(
+        title="Unit mismatch",
+        definition=("A value is recorded in another unit (g/L instead of g/dL, °F instead of °C), with the unit column"
+                    " changed to match."),
+        arises=("Different laboratories or devices report in different units; results from an outside hospital are "
+                "imported as they are."),
+        trap=("The credulous query reads the number and ignores the unit column, so it mixes units and answers a value"
+              " ten times too large, or in the wrong scale."),
+        check=("Look at the unit column of the evidence rows: more than one unit for one item means converting before "
+               "comparing or aggregating."),
+        outcome=("Answer, after converting every value to the unit the question asks for; the expected value is the "
+                 "clean one."),
+    )
     requires = ("value_col", "unit_col", "item_col", "item_param")
     description = "a value recorded in another unit, with the unit column changed accordingly"
     rationale = "the unit column says which unit the number is in: converting it back recovers the answer"
@@ -242,6 +270,17 @@ class UnitMismatch(Injector):
 @register_injector
 class MissingValue(_UnreadableValue):
     subtype = "missing_value"
+    teaching = TeachingCard(
+        title="Missing value",
+        definition=("The row is there (the test was done) but its numeric value is empty, with the text the database "
+                    "uses for that ('___', 'ERROR', a comment)."),
+        arises="A specimen was haemolysed or insufficient, a result was cancelled, or only a comment was filed.",
+        trap=("The credulous query returns NULL for the deciding value, or silently skips it, and the agent reports "
+              "'null' or a value from another row as the answer."),
+        check="Check the value column of the deciding rows for NULLs and read the text column next to it.",
+        outcome=("When the valueless row alone decides the answer, abstain with `insufficient_evidence`: the event "
+                 "happened but carries no number. When it is one of many rows in an aggregate, answer without it."),
+    )
     requires = ("value_col",)
     description = "the numeric result is missing (NULL, with the text the database uses for that)"
     outcome, reason, empty_is_trap = "abstain", "insufficient_evidence", True
@@ -277,6 +316,16 @@ class MissingValue(_UnreadableValue):
 @register_injector
 class EncodingCorruption(Injector):
     subtype = "encoding_corruption"
+    teaching = TeachingCard(
+        title="Encoding corruption",
+        definition="The number is stored only in the text column ('>300', '7.4') and the numeric column is empty.",
+        arises=("Results outside the analyser's reportable range, values typed as text, or an interface that fails to "
+                "parse the number."),
+        trap=("The credulous query reads only the numeric column, so the value is missing from its result or "
+              "aggregate."),
+        check="When the numeric column is empty, read the text column and parse the number from it.",
+        outcome="Answer, with the number read from the text column; the expected value is the clean one.",
+    )
     requires = ("value_col", "text_col")
     description = "the number stored only in the text column, in a form the database uses ('>300', '7.4')"
     rationale = "the number is still in the text column: reading it from there recovers the answer"
