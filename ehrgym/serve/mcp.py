@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 
 from ehrgym.serve.errors import ServeError
 from ehrgym.serve.sessions import SessionManager
@@ -46,7 +47,7 @@ def create_mcp_server(manager: SessionManager) -> MCPServer:
         try:
             return fn(*args)
         except ServeError as exc:  # an MCP tool error with the server's reason
-            raise ValueError(f"{exc.code}: {exc.message}") from None
+            raise ToolError(f"{exc.code}: {exc.message}") from None
 
     @server.tool()
     def list_tasks(split: str | None = None, offset: int = 0, limit: int = 50) -> dict[str, Any]:
