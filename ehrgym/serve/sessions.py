@@ -147,6 +147,8 @@ class SessionManager:
         self._reset_ids: OrderedDict[str, str] = OrderedDict()  # reset request id -> session id
         self._counter = 0
         self.reaped = 0
+        self.episodes_started = 0    # resets run (a retried reset is not counted twice)
+        self.episodes_ended = 0      # episodes that reached terminated or truncated through step
         self._closed = False
         try:  # refuse a database the benchmark was not built on, as EhrEnv.from_benchmark does
             env = self._new_env()
@@ -171,6 +173,7 @@ class SessionManager:
         return {"status": "healthy" if not self._closed else "closing", "server_run": self.run_id,
                 "active_sessions": active, "max_sessions": self.config.max_sessions,
                 "idle_timeout_s": self.config.idle_timeout_s, "reaped": self.reaped, "tasks": len(self.tasks),
+                "episodes_started": self.episodes_started, "episodes_ended": self.episodes_ended,
                 "uptime_s": round(time.time() - self.started, 3)}
 
     def reset(self, task_id: Any, session_id: str | None = None, request_id: str | None = None) -> dict[str, Any]:
@@ -210,7 +213,11 @@ class SessionManager:
             if env.done:
                 raise EpisodeOver("the episode is over; start another with POST /reset (the session_id may be "
                                   "reused) or close the session")
-            return step_dict(env.step(action), session.session_id)
+            out = step_dict(env.step(action), session.session_id)
+            if out["done"]:
+                with self._lock:
+                    self.episodes_ended += 1
+            return out
 
         return self._locked(session, request_id, run)
 
@@ -332,6 +339,8 @@ class SessionManager:
             env.abort("reset")
         obs = env.reset(task)
         session.episodes += 1
+        with self._lock:
+            self.episodes_started += 1
         info = {"task_id": task.public_id, "intent": task.intent, "level": task.level,
                 "max_steps": env.config.max_steps}
         return {"session_id": session.session_id, "observation": observation_dict(obs), "reward": None,
