@@ -333,3 +333,14 @@ def test_mcp_tools_run_an_episode(bench_dir: Path, synth_db: Path, bench: Benchm
         verdict = anyio.run(run, manager)
     assert verdict["done"] and verdict["reward"] == local.reward == 1.0
     assert verdict["verdict"] == local.info["verdict"] and verdict["termination"] == "answered"
+
+
+def test_the_serve_commands_are_registered() -> None:
+    from click.testing import CliRunner
+
+    from ehrgym.cli import cli
+
+    out = CliRunner().invoke(cli, ["serve", "--help"])
+    assert out.exit_code == 0 and "http" in out.output and "mcp" in out.output
+    out = CliRunner().invoke(cli, ["serve", "http", "--help"])
+    assert out.exit_code == 0 and "--max-sessions" in out.output and "--idle-timeout" in out.output
