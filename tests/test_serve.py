@@ -344,3 +344,28 @@ def test_the_serve_commands_are_registered() -> None:
     assert out.exit_code == 0 and "http" in out.output and "mcp" in out.output
     out = CliRunner().invoke(cli, ["serve", "http", "--help"])
     assert out.exit_code == 0 and "--max-sessions" in out.output and "--idle-timeout" in out.output
+
+
+def test_mcp_over_stdio_the_real_way(bench_dir: Path, synth_db: Path, bench: Benchmark) -> None:
+    """`ehrgym serve mcp` as a subprocess, driven by the mcp package's stdio client."""
+    pytest.importorskip("mcp")
+    import os
+    import sys
+
+    import anyio
+    from mcp import Client, StdioServerParameters
+
+    task = picked(bench)[2]   # a noisy task whose answer is an abstention
+    repo = Path(__file__).resolve().parents[1]
+    params = StdioServerParameters(command=sys.executable, args=["-m", "ehrgym.cli", "serve", "mcp", "--bench",
+                                                                 str(bench_dir), "--db", str(synth_db), "--no-python"],
+                                   env={**os.environ, "PYTHONPATH": str(repo)}, cwd=str(repo))
+
+    async def run() -> dict[str, Any]:
+        async with Client(params) as client:
+            started = json.loads((await client.call_tool("start_episode", {"task_id": task.public_id})).content[0].text)
+            args = {"episode_id": started["episode_id"], "abstain": task.expected.reason, "explanation": "scripted"}
+            return json.loads((await client.call_tool("answer", args)).content[0].text)
+
+    out = anyio.run(run)
+    assert out["done"] and out["reward"] == 1.0 and out["termination"] == "abstained"
