@@ -220,6 +220,8 @@ def test_bad_requests_get_a_4xx_with_a_reason(server: Server, bench: Benchmark) 
         assert reason in resp.text, (path, body, resp.text)
     raw = httpx.post(f"{url}/step", content=b"{not json", headers={"content-type": "application/json"})
     assert raw.status_code == 422
+    huge = httpx.post(f"{url}/step", content=b"x" * (8 << 20), headers={"content-type": "application/json"})
+    assert huge.status_code == 413 and "request body" in huge.json()["detail"]
     with EpisodeClient(url) as client:
         client.reset(task)
         with pytest.raises(PayloadTooLarge):

@@ -123,6 +123,16 @@ def create_app(manager: SessionManager, *, close_manager: bool = True) -> FastAP
                   description="Episodes of an EHR-RobustGym benchmark over HTTP and WebSocket (OpenEnv-shaped).")
     app.state.manager = manager
 
+    limit = max(1 << 20, 4 * manager.config.max_action_chars + 65536)  # bytes of a request body
+
+    @app.middleware("http")
+    async def body_limit(request: Request, call_next: Any) -> Any:
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            return JSONResponse({"error": "payload_too_large", "detail": f"the request body is over {limit} bytes"},
+                                status_code=413)
+        return await call_next(request)
+
     @app.exception_handler(ServeError)
     async def serve_error(request: Request, exc: ServeError) -> JSONResponse:
         return _error(exc)
@@ -153,13 +163,14 @@ def create_app(manager: SessionManager, *, close_manager: bool = True) -> FastAP
     def tasks(split: str | None = None) -> dict[str, Any]:
         return {"tasks": manager.public_tasks(split)}
 
+    # the manager's answers are JSON-ready already: sent as they are, without FastAPI's re-encoding
     @app.post("/reset")
-    def reset(request: ResetRequest) -> dict[str, Any]:
-        return manager.reset(request.task_id, request.session_id, request.request_id)
+    def reset(request: ResetRequest) -> JSONResponse:
+        return JSONResponse(manager.reset(request.task_id, request.session_id, request.request_id))
 
     @app.post("/step")
-    def step(request: StepRequest) -> dict[str, Any]:
-        return manager.step(request.session_id, request.action, request.request_id)
+    def step(request: StepRequest) -> JSONResponse:
+        return JSONResponse(manager.step(request.session_id, request.action, request.request_id))
 
     @app.get("/state")
     def state(session_id: str) -> dict[str, Any]:
