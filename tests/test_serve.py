@@ -48,14 +48,15 @@ def bench(bench_dir: Path) -> Benchmark:
 class Server:
     """uvicorn serving a SessionManager on an ephemeral loopback port, in a thread."""
 
-    def __init__(self, manager: SessionManager) -> None:
+    def __init__(self, manager: SessionManager, port: int = 0) -> None:
         import uvicorn
 
         from ehrgym.serve.http import create_app
 
         self.manager = manager
         self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", port))
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         self.server = uvicorn.Server(uvicorn.Config(create_app(manager), log_level="warning"))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
@@ -245,6 +246,31 @@ def test_a_session_of_an_earlier_server_run_says_the_server_restarted(server: Se
         port = s.getsockname()[1]
     with pytest.raises(ServerUnavailable, match="did not answer .* is it running"):
         EpisodeClient(f"http://127.0.0.1:{port}", retries=1, backoff_s=0.01).reset("task-x")
+
+
+def test_a_restarted_server_tells_the_client_and_the_client_resumes(bench_dir: Path, synth_db: Path,
+                                                                    bench: Benchmark) -> None:
+    cfg = ServeConfig(max_sessions=2, warm_connections=1, env=ENV)
+    first = Server(SessionManager(bench_dir, synth_db, cfg, reaper=False))
+    port = int(first.url.rsplit(":", 1)[1])
+    task = picked(bench)[0]
+    client = EpisodeClient(first.url, retries=1, backoff_s=0.01)
+    client.reset(task.public_id)
+    client.step(script(task)[0])
+    first.stop()
+    with pytest.raises(ServerUnavailable, match="is it running"):
+        client.step(script(task)[1])
+    second = Server(SessionManager(bench_dir, synth_db, cfg, reaper=False), port=port)
+    try:
+        with pytest.raises(SessionNotFound, match="the server restarted"):
+            client.step(script(task)[1])
+        client.reset(task.public_id)                       # resume: the episode again, in a new session
+        for action in script(task):
+            result = client.step(action)
+        assert result.reward == 1.0 and second.manager.health()["episodes_ended"] == 1
+        client.close()
+    finally:
+        second.stop()
 
 
 def test_tasks_schema_and_health_leak_nothing(server: Server, bench: Benchmark) -> None:
