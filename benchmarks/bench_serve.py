@@ -45,6 +45,14 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+try:  # the serve extra; `make bench` installs only the dev extra
+    import fastapi  # noqa: F401
+    import httpx  # noqa: F401
+    import uvicorn  # noqa: F401
+except ImportError as exc:
+    print(f"bench_serve skipped: the serve extra is not installed ({exc.name}); pip install -e '.[serve]'")
+    sys.exit(0)
+
 from ehrgym.bench.answers import format_answer  # noqa: E402
 from ehrgym.bench.task import Task  # noqa: E402
 from ehrgym.env.episode import EhrEnv, EnvConfig  # noqa: E402

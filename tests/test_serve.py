@@ -25,7 +25,7 @@ from ehrgym.bench.task import Task  # noqa: E402
 from ehrgym.env.episode import EhrEnv, EnvConfig  # noqa: E402
 from ehrgym.errors import EnvironmentStateError  # noqa: E402
 from ehrgym.serve.client import EpisodeClient  # noqa: E402
-from ehrgym.serve.errors import (BadRequest, EpisodeOver, PayloadTooLarge, ServerFull,  # noqa: E402
+from ehrgym.serve.errors import (EpisodeOver, PayloadTooLarge, ServerFull,  # noqa: E402
                                  ServerUnavailable, SessionNotFound, UnknownTask)
 from ehrgym.serve.sessions import PUBLIC_TASK_FIELDS, ServeConfig, SessionManager  # noqa: E402
 

@@ -11,7 +11,6 @@ from typing import Any
 
 import click
 
-from ehrgym.errors import EhrGymError
 
 
 def _missing_extra(exc: ImportError) -> click.ClickException:
@@ -96,7 +95,5 @@ def mcp(bench_dir: Path, db_path: Path, split: str | None, max_sessions: int, id
             server.run("streamable-http", host=host, port=port)
         else:
             server.run("stdio")
-    except EhrGymError:
-        raise
     finally:
         manager.close()
