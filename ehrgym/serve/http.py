@@ -31,9 +31,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from fastapi import Body, FastAPI, Request, WebSocket, WebSocketDisconnect
+from fastapi import FastAPI, Request, WebSocket, WebSocketDisconnect
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from ehrgym import __version__
@@ -100,6 +100,24 @@ def state_schema() -> dict[str, Any]:
         "episodes": {"type": "integer"}, "idle_s": {"type": "number"}}, "required": ["episode_id", "step_count"]}
 
 
+class BodyLimit:
+    """Pure ASGI middleware: a request whose Content-Length is over ``limit`` bytes gets 413."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            for name, value in scope.get("headers", ()):
+                if name == b"content-length" and (not value.isdigit() or int(value) > self.limit):
+                    response = JSONResponse({"error": "payload_too_large",
+                                             "detail": f"the request body is over {self.limit} bytes"},
+                                            status_code=413)
+                    await response(scope, receive, send)
+                    return
+        await self.app(scope, receive, send)
+
+
 def _error(exc: ServeError) -> JSONResponse:
     headers = {"Retry-After": "1"} if isinstance(exc, ServerFull) else None
     return JSONResponse(exc.to_dict(), status_code=exc.status, headers=headers)
@@ -124,14 +142,7 @@ def create_app(manager: SessionManager, *, close_manager: bool = True) -> FastAP
     app.state.manager = manager
 
     limit = max(1 << 20, 4 * manager.config.max_action_chars + 65536)  # bytes of a request body
-
-    @app.middleware("http")
-    async def body_limit(request: Request, call_next: Any) -> Any:
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > limit):
-            return JSONResponse({"error": "payload_too_large", "detail": f"the request body is over {limit} bytes"},
-                                status_code=413)
-        return await call_next(request)
+    app.add_middleware(BodyLimit, limit=limit)
 
     @app.exception_handler(ServeError)
     async def serve_error(request: Request, exc: ServeError) -> JSONResponse:
@@ -142,43 +153,51 @@ def create_app(manager: SessionManager, *, close_manager: bool = True) -> FastAP
         return JSONResponse({"error": "internal", "detail": f"{type(exc).__name__}: {str(exc)[:500]}"},
                             status_code=500)
 
+    # Routes are async and answer with ready JSON: the light ones never leave the event loop, the
+    # session ones hop to a worker thread once (a step may wait on its query process or the
+    # session's lock), instead of FastAPI's several hops for a sync route and its response model.
+    public_tasks: dict[str | None, bytes] = {}
+
     @app.get("/health")
-    def health() -> dict[str, Any]:
-        return manager.health()
+    async def health() -> JSONResponse:
+        return JSONResponse(manager.health())
 
     @app.get("/metadata")
-    def metadata() -> dict[str, Any]:
-        return {"name": "ehrgym", "description": "EHR-RobustGym: answer or abstain on questions over a noisy "
-                "MIMIC-IV-shaped EHR with SQL and Python tools", "version": __version__,
-                "benchmark": manager.bench_dir.name, "tasks": len(manager.tasks)}
+    async def metadata() -> JSONResponse:
+        return JSONResponse({"name": "ehrgym", "description": "EHR-RobustGym: answer or abstain on questions over "
+                             "a noisy MIMIC-IV-shaped EHR with SQL and Python tools", "version": __version__,
+                             "benchmark": manager.bench_dir.name, "tasks": len(manager.tasks)})
 
     @app.get("/schema")
-    def schema() -> dict[str, Any]:
+    async def schema() -> JSONResponse:
         from ehrgym.env.tools import tool_schemas
 
-        return {"action": action_schema(), "observation": observation_schema(), "state": state_schema(),
-                "tools": tool_schemas(manager.config.env.tools)}
+        return JSONResponse({"action": action_schema(), "observation": observation_schema(), "state": state_schema(),
+                             "tools": tool_schemas(manager.config.env.tools)})
 
     @app.get("/tasks")
-    def tasks(split: str | None = None) -> dict[str, Any]:
-        return {"tasks": manager.public_tasks(split)}
+    async def tasks(split: str | None = None) -> Response:
+        if split not in public_tasks:
+            public_tasks[split] = json.dumps({"tasks": manager.public_tasks(split)}).encode()
+        return Response(public_tasks[split], media_type="application/json")
 
-    # the manager's answers are JSON-ready already: sent as they are, without FastAPI's re-encoding
     @app.post("/reset")
-    def reset(request: ResetRequest) -> JSONResponse:
-        return JSONResponse(manager.reset(request.task_id, request.session_id, request.request_id))
+    async def reset(request: ResetRequest) -> JSONResponse:
+        return JSONResponse(await run_in_threadpool(manager.reset, request.task_id, request.session_id,
+                                                    request.request_id))
 
     @app.post("/step")
-    def step(request: StepRequest) -> JSONResponse:
-        return JSONResponse(manager.step(request.session_id, request.action, request.request_id))
+    async def step(request: StepRequest) -> JSONResponse:
+        return JSONResponse(await run_in_threadpool(manager.step, request.session_id, request.action,
+                                                    request.request_id))
 
     @app.get("/state")
-    def state(session_id: str) -> dict[str, Any]:
-        return manager.state(session_id)
+    async def state(session_id: str) -> JSONResponse:
+        return JSONResponse(await run_in_threadpool(manager.state, session_id))
 
     @app.post("/close")
-    def close(request: CloseRequest = Body(...)) -> dict[str, Any]:
-        return manager.close_session(request.session_id)
+    async def close(request: CloseRequest) -> JSONResponse:
+        return JSONResponse(await run_in_threadpool(manager.close_session, request.session_id))
 
     @app.websocket("/ws")
     async def ws(websocket: WebSocket) -> None:
