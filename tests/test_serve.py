@@ -397,3 +397,17 @@ def test_mcp_over_stdio_the_real_way(bench_dir: Path, synth_db: Path, bench: Ben
 
     out = anyio.run(run)
     assert out["done"] and out["reward"] == 1.0 and out["termination"] == "abstained"
+
+
+def test_python_state_is_per_session_over_the_shared_worker_pool(bench_dir: Path, synth_db: Path,
+                                                                  bench: Benchmark) -> None:
+    cfg = ServeConfig(max_sessions=2, warm_connections=1, env=EnvConfig(max_steps=6))
+    with SessionManager(bench_dir, synth_db, cfg, reaper=False) as manager:
+        if manager.python_pool is None:
+            pytest.skip("no Python sandbox on this host")
+        a = manager.reset(bench.tasks[0].public_id)["session_id"]
+        b = manager.reset(bench.tasks[1].public_id)["session_id"]
+        out = manager.step(a, {"tool": "python", "code": "x = sql('SELECT count(*) AS n FROM patients').n[0]\nprint(x)"})
+        assert out["observation"]["text"].strip() == "200"
+        assert "NameError" in manager.step(b, {"tool": "python", "code": "print(x)"})["observation"]["text"]
+        assert manager.step(a, {"tool": "python", "code": "print(x + 1)"})["observation"]["text"].strip() == "201"
