@@ -206,7 +206,7 @@ def test_a_retried_step_runs_once(server: Server, bench: Benchmark) -> None:
 def test_bad_requests_get_a_4xx_with_a_reason(server: Server, bench: Benchmark) -> None:
     url, task = server.url, bench.tasks[0].public_id
     cases = [
-        ("post", "/reset", {}, 422, "task_id"),
+        ("post", "/reset", {"seed": -1}, 422, "seed"),
         ("post", "/reset", {"task_id": "task-0000000000000000"}, 404, "GET /tasks"),
         ("post", "/reset", {"task_id": 7}, 422, "task_id"),
         ("post", "/step", {"action": "SQL: SELECT 1"}, 422, "session_id"),
@@ -236,6 +236,20 @@ def test_bad_requests_get_a_4xx_with_a_reason(server: Server, bench: Benchmark) 
     with pytest.raises(EnvironmentStateError, match="before step"), EpisodeClient(url) as client:
         client.step("SQL: SELECT 1")
     assert httpx.get(f"{url}/health").json()["status"] == "healthy"
+
+
+def test_an_openenv_plain_reset_draws_a_task(server: Server, bench: Benchmark) -> None:
+    """OpenEnv clients reset with ``{}`` or ``{"seed": n}``: the same seed gives the same task."""
+    opened = []
+    try:
+        plain = httpx.post(f"{server.url}/reset", json={}).json()
+        seeded = [httpx.post(f"{server.url}/reset", json={"seed": 3}).json() for _ in range(2)]
+        opened = [plain["session_id"]] + [r["session_id"] for r in seeded]
+        assert plain["done"] is False and plain["info"]["task_id"] in {t.public_id for t in bench.tasks}
+        assert seeded[0]["info"]["task_id"] == seeded[1]["info"]["task_id"]
+    finally:
+        for sid in opened:
+            httpx.post(f"{server.url}/close", json={"session_id": sid})
 
 
 def test_a_session_of_an_earlier_server_run_says_the_server_restarted(server: Server) -> None:

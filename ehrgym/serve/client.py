@@ -58,10 +58,11 @@ class EpisodeClient:
         self._closed = False
 
     # -- EhrEnv's interface ---------------------------------------------------------------------
-    def reset(self, task_id: str) -> Observation:
-        """Start an episode on ``task_id`` (a public id from :meth:`tasks`), reusing this client's session."""
+    def reset(self, task_id: str | None = None, seed: int | None = None) -> Observation:
+        """Start an episode on ``task_id`` (a public id from :meth:`tasks`; None: drawn by ``seed`` or
+        in turn), reusing this client's session."""
         self._check_open()
-        body = {"task_id": task_id}
+        body: dict[str, Any] = {"task_id": task_id, "seed": seed}
         if self.session_id is not None:
             body["session_id"] = self.session_id
         try:
@@ -70,7 +71,7 @@ class EpisodeClient:
             if exc.code != "session_not_found" or self.session_id is None:
                 raise
             self.session_id = None      # reaped, or the server restarted: a new session
-            out = self._call("POST", "/reset", {"task_id": task_id})
+            out = self._call("POST", "/reset", {"task_id": task_id, "seed": seed})
         self.session_id = out["session_id"]
         self.observation = observation_from_dict(out["observation"])
         self.info = out.get("info") or {}

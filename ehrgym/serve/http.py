@@ -9,7 +9,7 @@ Route                  What it does
                        the tools' function-calling schemas (:func:`ehrgym.env.tools.tool_schemas`)
 ``GET /tasks``         ``{"tasks": [{"task_id", "question", "intent", "level", "split"}]}`` (``?split=``);
                        public ids and public metadata only
-``POST /reset``        ``{"task_id", "session_id"?, "request_id"?}`` → ``{"session_id", "observation",
+``POST /reset``        ``{"task_id"?, "seed"?, "session_id"?, "request_id"?}`` → ``{"session_id", "observation",
                        "reward": null, "done": false, "info"}``; without ``session_id`` opens a session
 ``POST /step``         ``{"session_id", "action", "request_id"?}`` → ``{"observation", "reward", "done",
                        "terminated", "truncated", "info"}``; ``action`` is a tool call
@@ -45,10 +45,11 @@ class ResetRequest(BaseModel):
     """OpenEnv's ResetRequest (``seed``, ``episode_id``) plus the task and the session."""
 
     model_config = ConfigDict(extra="allow")
-    task_id: str = Field(..., max_length=255, description="a task's public id (GET /tasks)")
+    task_id: str | None = Field(None, max_length=255, description="a task's public id (GET /tasks); without it "
+                                "the task is drawn by seed, or the served tasks are taken in turn")
     session_id: str | None = Field(None, max_length=255, description="start the next episode in this session")
     request_id: str | None = Field(None, max_length=255, description="retry key: a repeated id is answered once")
-    seed: int | None = Field(None, ge=0, description="accepted for OpenEnv clients; episodes are deterministic")
+    seed: int | None = Field(None, ge=0, description="draws the task when task_id is absent (same seed, same task)")
     episode_id: str | None = Field(None, max_length=255, description="accepted for OpenEnv clients; ignored")
 
 
@@ -184,7 +185,7 @@ def create_app(manager: SessionManager, *, close_manager: bool = True) -> FastAP
     @app.post("/reset")
     async def reset(request: ResetRequest) -> JSONResponse:
         return JSONResponse(await run_in_threadpool(manager.reset, request.task_id, request.session_id,
-                                                    request.request_id))
+                                                    request.request_id, request.seed))
 
     @app.post("/step")
     async def step(request: StepRequest) -> JSONResponse:
@@ -247,10 +248,11 @@ async def _ws_message(manager: SessionManager, raw: str, session_id: str | None
         if kind == "reset":
             if not isinstance(data, dict):
                 raise BadRequest("reset data must be an object with task_id")
+            args = (data.get("task_id"), data.get("request_id"), data.get("seed"))
             try:
-                out = await run_in_threadpool(manager.reset, data.get("task_id"), session_id, data.get("request_id"))
+                out = await run_in_threadpool(manager.reset, args[0], session_id, *args[1:])
             except SessionNotFound:  # the socket's session was reaped: open another
-                out = await run_in_threadpool(manager.reset, data.get("task_id"), None, data.get("request_id"))
+                out = await run_in_threadpool(manager.reset, args[0], None, *args[1:])
             return {"type": "observation", "data": out}, out["session_id"], False
         if kind == "step":
             if session_id is None:

@@ -26,6 +26,7 @@ import dataclasses
 import datetime as _dt
 import decimal
 import math
+import random
 import secrets
 import threading
 import time
@@ -146,6 +147,7 @@ class SessionManager:
         self._ended: OrderedDict[str, str] = OrderedDict()   # session id -> why it ended (closed | reaped)
         self._reset_ids: OrderedDict[str, str] = OrderedDict()  # reset request id -> session id
         self._counter = 0
+        self._turn = 0                                  # the next task of a reset without task_id
         self.reaped = 0
         self.episodes_started = 0    # resets run (a retried reset is not counted twice)
         self.episodes_ended = 0      # episodes that reached terminated or truncated through step
@@ -176,14 +178,14 @@ class SessionManager:
                 "episodes_started": self.episodes_started, "episodes_ended": self.episodes_ended,
                 "uptime_s": round(time.time() - self.started, 3)}
 
-    def reset(self, task_id: Any, session_id: str | None = None, request_id: str | None = None) -> dict[str, Any]:
-        """Start an episode on ``task_id``: in a new session, or in ``session_id``'s (a new episode there)."""
+    def reset(self, task_id: Any = None, session_id: str | None = None, request_id: str | None = None,
+              seed: Any = None) -> dict[str, Any]:
+        """Start an episode on ``task_id``: in a new session, or in ``session_id``'s (a new episode there).
+
+        Without ``task_id`` (an OpenEnv client's plain reset) the task is drawn: by ``seed`` when
+        given (the same seed, the same task), else the served tasks in turn."""
         request_id = _request_id(request_id)
-        if not isinstance(task_id, str) or not task_id:
-            raise BadRequest("reset needs task_id: a task's public id as listed by GET /tasks")
-        task = self._by_id.get(task_id)
-        if task is None:
-            raise UnknownTask(f"task {task_id[:100]!r} is not served here; list the served tasks with GET /tasks")
+        task = self._pick(task_id, seed)
         if session_id is not None:
             session = self._get(session_id)
             return self._locked(session, request_id, lambda: self._reset_in(session, task))
@@ -295,6 +297,22 @@ class SessionManager:
         self.close()
 
     # -- internals ---------------------------------------------------------------------------
+    def _pick(self, task_id: Any, seed: Any) -> Task:
+        if task_id is None:
+            if seed is not None:
+                if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+                    raise BadRequest("seed must be a non-negative integer")
+                return self.tasks[random.Random(seed).randrange(len(self.tasks))]
+            with self._lock:
+                self._turn += 1
+                return self.tasks[(self._turn - 1) % len(self.tasks)]
+        if not isinstance(task_id, str) or not task_id:
+            raise BadRequest("task_id must be a task's public id as listed by GET /tasks")
+        task = self._by_id.get(task_id)
+        if task is None:
+            raise UnknownTask(f"task {task_id[:100]!r} is not served here; list the served tasks with GET /tasks")
+        return task
+
     def _python_pool(self) -> Any:
         cfg = self.config.env
         if not cfg.python:
