@@ -223,7 +223,7 @@ def client_loop(url: str, episodes: list[Episode], log: ClientLog, resume_wait_s
 
 def run_load(url: str, plan: list[list[Episode]]) -> tuple[list[ClientLog], float]:
     logs = [ClientLog() for _ in plan]
-    threads = [threading.Thread(target=client_loop, args=(url, eps, log)) for eps, log in zip(plan, logs)]
+    threads = [threading.Thread(target=client_loop, args=(url, eps, log)) for eps, log in zip(plan, logs, strict=True)]
     t0 = time.perf_counter()
     for t in threads:
         t.start()
@@ -234,7 +234,7 @@ def run_load(url: str, plan: list[list[Episode]]) -> tuple[list[ClientLog], floa
 
 def check(plan: list[list[Episode]], logs: list[ClientLog], rewards: dict) -> dict[str, int]:
     lost = dup = mismatch = 0
-    for eps, log in zip(plan, logs):
+    for eps, log in zip(plan, logs, strict=True):
         for ep in eps:
             if ep.index not in log.results:
                 lost += 1
@@ -308,7 +308,7 @@ def main() -> None:
                             here.append(time.perf_counter() - t0)
                 remote += lat
                 paired_local += here
-                for action, r, l in zip(script(ep.task, ep.wrong), lat, here):
+                for action, r, l in zip(script(ep.task, ep.wrong), lat, here, strict=True):
                     diffs[action["tool"]].append(r - l)
             rtt = []
             for _ in range(200):
@@ -376,7 +376,7 @@ def main() -> None:
             total4 = sum(len(e) for e in plan4)
             logs4 = [ClientLog() for _ in plan4]
             threads = [threading.Thread(target=client_loop, args=(server.url, eps, log, 0.5))
-                       for eps, log in zip(plan4, logs4)]
+                       for eps, log in zip(plan4, logs4, strict=True)]
             for t in threads:
                 t.start()
             while sum(len(log.results) for log in logs4) < total4 // 4:   # kill it a quarter of the way in

@@ -378,16 +378,24 @@ class SessionManager:
                 raise
             except EnvironmentStateError as exc:
                 if fresh:
-                    self._end(session, "closed")
+                    self._abandon(session, request_id)
                 raise EpisodeOver(str(exc)) from exc
             except Exception:
                 if fresh:  # a session whose first reset failed is not left behind
-                    self._end(session, "closed")
+                    self._abandon(session, request_id)
                 raise
             session.last_active = time.time()
             if request_id is not None:
                 _remember(session.responses, request_id, out, self.config.replay_cache)
             return out
+
+    def _abandon(self, session: Session, request_id: str | None) -> None:
+        """Drop a new session whose first reset failed; a retry of that reset runs afresh."""
+        self._end(session, "closed")
+        if request_id is not None:
+            with self._lock:
+                if self._reset_ids.get(request_id) == session.session_id:
+                    del self._reset_ids[request_id]
 
     def _get(self, session_id: Any) -> Session:
         if not isinstance(session_id, str) or not session_id:
