@@ -1,4 +1,4 @@
-"""``ehrgym`` command line: one group per pipeline stage (db, bench, eval, report, train)."""
+"""``ehrgym`` command line: one group per pipeline stage (db, bench, env, eval, report, external, export)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ STAGES: dict[str, str] = {
     "eval": "ehrgym.eval.cli",
     "report": "ehrgym.report.cli",
     "external": "ehrgym.external.cli",
+    "export": "ehrgym.harbor.cli",
 }
 
 
