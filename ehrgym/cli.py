@@ -1,4 +1,4 @@
-"""``ehrgym`` command line: one group per pipeline stage (db, bench, env, eval, report, external, serve)."""
+"""``ehrgym`` command line: one group per pipeline stage (db, bench, env, eval, report, external, serve, export)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ STAGES: dict[str, str] = {
     "report": "ehrgym.report.cli",
     "external": "ehrgym.external.cli",
     "serve": "ehrgym.serve.cli",
+    "export": "ehrgym.harbor.cli",
 }
 
 

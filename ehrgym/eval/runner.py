@@ -41,6 +41,7 @@ from ehrgym.eval.store import EpisodeStore, RunStoreError, encode_record, read_r
 
 TaskFilter = Sequence[str] | Callable[[Any], bool] | dict[str, Any] | None
 
+BACKENDS: tuple[str, ...] = ("local", "ray")   # where episodes run; not part of a run's identity
 # run.json keys that must agree between a run directory and a resumed run
 _IDENTITY_KEYS = ("agent", "model", "bench_content_hash", "db_content_hash", "seed", "agent_kwargs", "env_config")
 _SECRET_KWARGS = ("api_key", "client", "sleep")
@@ -422,12 +423,14 @@ def run_evaluation(bench_dir: str | Path, db_path: str | Path, agent_name: str, 
                    env_config: dict[str, Any] | None = None, seed: int = 0,
                    episode_time_limit: float | None = None, episode_retries: int = 1,
                    retry_errors: bool = False, chunk_size: int | None = None,
-                   progress: bool = True) -> RunSummary:
+                   progress: bool = True, backend: str = "local", address: str | None = None) -> RunSummary:
     """Run ``agent_name`` on the benchmark ``k`` times per task into ``out_dir`` (resumable).
 
     ``tasks`` selects tasks (a list of ids, a predicate on Task, or ``{"split": "test", ...}``),
     ``limit_pairs`` keeps the first N Clean–Noise pairs of that selection. ``retry_errors``
     re-runs episodes recorded as infrastructure errors (their new record supersedes the old).
+    ``backend="ray"`` runs the episodes on ``workers`` Ray actors (a cluster at ``address``, or a
+    local instance; :mod:`ehrgym.eval.ray_backend`); the store and its guarantees are the same.
     """
     from ehrgym.bench.dataset import load_benchmark
 
@@ -435,6 +438,12 @@ def run_evaluation(bench_dir: str | Path, db_path: str | Path, agent_name: str, 
     if k < 1:
         raise EhrGymError(f"k must be >= 1, got {k}")
     workers = max(1, int(workers))
+    if backend not in BACKENDS:
+        raise EhrGymError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "ray":
+        from ehrgym.eval.ray_backend import import_ray
+
+        import_ray()   # fails before anything is written when Ray is missing
     agent_kwargs = dict(agent_kwargs or {})
     entry = get_agent_entry(agent_name)
     env_config = {**entry.factory.env_defaults, **(env_config or {})}
@@ -466,7 +475,7 @@ def run_evaluation(bench_dir: str | Path, db_path: str | Path, agent_name: str, 
               "bench_dir": str(Path(bench_dir).resolve()), "db_path": str(Path(db_path).resolve()),
               "tasks_selected": len(selected), "episode_time_limit": episode_time_limit,
               "episode_retries": episode_retries, "concurrency": entry.concurrency.value,
-              "workers": workers, "python_sandbox": sandbox, "created": (previous or {}).get("created", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))}
+              "workers": workers, "backend": backend, "python_sandbox": sandbox, "created": (previous or {}).get("created", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))}
 
     store = EpisodeStore(out_dir)
     repaired = store.open()
@@ -482,7 +491,11 @@ def run_evaluation(bench_dir: str | Path, db_path: str | Path, agent_name: str, 
         timings = {"setup_s": round(start - setup_start, 3)}
         try:
             if todo:
-                if entry.concurrency is Concurrency.PROCESS and workers > 1:
+                if backend == "ray":
+                    from ehrgym.eval.ray_backend import run_ray
+
+                    ran = run_ray(cfg, todo, workers, store, bar, chunk_size or k, address)
+                elif entry.concurrency is Concurrency.PROCESS and workers > 1:
                     ran = _run_processes(cfg, todo, workers, store, bar, chunk_size or max(8 * k, 32))
                 else:
                     ran = _run_threads(cfg, todo, workers, store, bar)
