@@ -108,6 +108,9 @@ class ChatAgent(Agent):
         self._pending_tool_call = None
         # the SQL tool names the episode's schemas (MIMIC-IV's, or an external benchmark's)
         self._schemas = tuple(getattr(observation, "schemas", ()) or ()) or None
+        # an episode on a FHIR server (MedAgentBench) offers other tools than the gym's sql/python/answer
+        names = tuple(getattr(observation, "tool_names", ()) or ())
+        self._tool_names = names if any(n not in ("sql", "python", "answer") for n in names) else None
         self._tools = None
         self.messages = [{"role": "system", "content": system_prompt(self.prompt, not self.native_tools)},
                          {"role": "user", "content": observation_text(observation)}]
@@ -196,7 +199,7 @@ class ChatAgent(Agent):
             if self._tools is None:
                 from ehrgym.env.tools import tool_schemas
 
-                self._tools = tool_schemas(schemas=getattr(self, "_schemas", None))
+                self._tools = tool_schemas(getattr(self, "_tool_names", None), schemas=getattr(self, "_schemas", None))
             req["tools"] = self._tools
         return req
 

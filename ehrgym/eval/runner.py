@@ -166,6 +166,8 @@ class EpisodeWorker:
                 break
             try:
                 result = env.step(action, usage=_usage_delta(before, agent))
+            except InfrastructureError:   # e.g. a grader's server is unreachable: retried, then recorded as such
+                raise
             except Exception as exc:  # noqa: BLE001 - step() turns agent input into observations; anything
                 # left is an environment bug this episode provoked: record it, keep the run going
                 error = f"environment error on step {steps + 1}: {type(exc).__name__}: {str(exc)[:500]}"

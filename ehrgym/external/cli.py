@@ -34,7 +34,9 @@ def list_cmd() -> None:
 @click.option("--split", "splits", multiple=True, help="benchmark splits to include (default: all)")
 @click.option("--check", is_flag=True, default=False, help="verify every gold SQL reproduces its gold answer")
 @click.option("--db", type=click.Path(dir_okay=False), default=None, help="your database (benchmarks that need one)")
-@click.option("--fhir-url", default=None, help="your FHIR R4 server (benchmarks that need one)")
+@click.option("--fhir-url", default=None,
+              help="your FHIR R4 server's base URL (medagentbench-v2: the benchmark's docker image, e.g. "
+                   "http://localhost:8080/fhir/)")
 def build_cmd(name: str, data: str | None, out_dir: str, splits: tuple[str, ...], check: bool, db: str | None,
               fhir_url: str | None) -> None:
     """Build benchmark NAME into OUT: databases plus tasks that `ehrgym eval run` runs."""
@@ -69,6 +71,13 @@ def score_cmd(rundirs: tuple[str, ...]) -> None:
     for r in rows:
         cells = ["n/a" if math.isnan(r[c]) else f"{r[c]:.1f}" for c in METRIC_COLUMNS]
         click.echo(f"| {r['benchmark']} | {r['system']} | {r['trials']} | {r['questions']} | " + " | ".join(cells) + " |")
+    from ehrgym.external.metrics import task_type_rows
+
+    by_type = [row for d in rundirs for row in task_type_rows(d)]
+    if by_type:   # MedAgentBench's official metric per task type
+        click.echo("\n| benchmark | system | task type | success rate |\n|---|---|---|---|")
+        for row in by_type:
+            click.echo(f"| {row['benchmark']} | {row['system']} | {row['task_type']} | {row['success_rate']:.1f} |")
 
 
 @group.command("score-sql")
