@@ -268,3 +268,41 @@ def test_text_protocol_reads_the_official_calls() -> None:
     assert parse_action('FINISH(["S1", 2])') == AnswerAction(["S1", 2])
     assert parse_action('{"name": "fhir_get", "arguments": {"url": "Patient"}}') == FhirGetAction("Patient")
     assert mab.answer_list("[1, 2]") == [1, 2] and mab.answer_list(5) == [5] and mab.answer_list("x") == ["x"]
+
+
+def test_chat_agent_runs_a_fhir_task_with_native_tools_and_text(fhir: str, tmp_path: Path) -> None:
+    """An LLM agent (the real openai client against a scripted server): native fhir_get/fhir_post/answer
+    calls on one task, the official text lines (GET, POST + JSON, FINISH) on another."""
+    from fake_openai_server import FakeServer
+
+    from ehrgym.eval.runner import run_evaluation
+    from ehrgym.eval.store import EpisodeStore
+
+    result = build_external(mab.NAME, tmp_path / "bench", _data_dir(tmp_path), fhir_url=fhir)
+    order = mab._medication("S1000001", mab.MAGNESIUM_NDC, "IV", {"value": 2, "unit": "g"}, {"value": 2, "unit": "h"})
+    referral = _service("S1000002", mab.SNOMED, mab.REFERRAL_SNOMED, note={"text": NOTE})
+    replies = [  # task5_1 (native tools), then task8_1 (text protocol): the runner's task order
+        {"tool_call": {"name": "fhir_get", "arguments": {"url": "Observation?patient=S1000001&code=MG"}}},
+        {"tool_call": {"name": "fhir_post", "arguments": {"url": "MedicationRequest", "payload": order}}},
+        {"tool_call": {"name": "answer", "arguments": {"value": [1.3]}}},
+        {"text": "GET Patient?identifier=S1000002"},
+        {"text": "POST ServiceRequest\n" + json.dumps(referral)},
+        {"text": "FINISH([])"},
+    ]
+    srv = FakeServer(tmp_path, replies)
+    try:
+        tasks = [f"{mab.NAME}-task5_1", f"{mab.NAME}-task8_1"]
+        first = run_evaluation(tmp_path / "bench", result.files["episode_db"], "chat", tmp_path / "run", k=1,
+                               tasks=tasks[:1], progress=False,
+                               agent_kwargs={"model": "m", "base_url": srv.url, "api_key": "k", "prompt": "fhir"})
+        second = run_evaluation(tmp_path / "bench", result.files["episode_db"], "chat", tmp_path / "run2", k=1,
+                                tasks=tasks[1:], progress=False,
+                                agent_kwargs={"model": "m", "base_url": srv.url, "api_key": "k", "prompt": "fhir",
+                                              "tools": False})
+        sent = srv.requests()
+    finally:
+        srv.stop()
+    records = list(EpisodeStore(tmp_path / "run").records()) + list(EpisodeStore(tmp_path / "run2").records())
+    assert first.ran == second.ran == 1 and all(r.success_strict for r in records), [r.error for r in records]
+    assert {t["function"]["name"] for t in sent[0]["tools"]} == {"fhir_get", "fhir_post", "answer"}
+    assert "FHIR" in sent[0]["messages"][0]["content"] and "FINISH(" in sent[-1]["messages"][0]["content"]

@@ -18,6 +18,7 @@ arguments or the environment: ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``, ``EHRGYM_
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Any, Callable
@@ -28,7 +29,7 @@ from ehrgym.agents.base import Agent, Briefing, Concurrency, Entitlement, observ
 from ehrgym.agents.prompts import system_prompt
 from ehrgym.agents.registry import register_agent
 from ehrgym.agents.textactions import CORRECTIVE, MalformedOutput, action_from_tool_call, parse_text_action
-from ehrgym.env.actions import Action, PythonAction, SqlAction
+from ehrgym.env.actions import Action, FhirGetAction, FhirPostAction, PythonAction, SqlAction
 from ehrgym.errors import AgentError, InfrastructureError
 
 _TOOL_HINTS = ("tool", "function", "jinja")
@@ -40,6 +41,11 @@ def render_action_text(action: Action) -> str:
         return f"```sql\n{action.query}\n```"
     if isinstance(action, PythonAction):
         return f"```python\n{action.code}\n```"
+    if isinstance(action, FhirGetAction):
+        return f"GET {action.url}"
+    if isinstance(action, FhirPostAction):
+        payload = action.payload if isinstance(action.payload, str) else json.dumps(action.payload)
+        return f"POST {action.url}\n{payload}"
     if action.abstain is not None:
         return f"ABSTAIN: {action.abstain}: {action.explanation}".rstrip(": ")
     return f"ANSWER: {action.value}"

@@ -693,7 +693,7 @@ def success_by_type(records: list[Any]) -> dict[str, float]:
     for rec in records:
         if rec.success_strict is None:   # infrastructure errors are excluded
             continue
-        for key in ("overall", str(rec.template_id)):
+        for key in dict.fromkeys(("overall", str(rec.template_id))):
             cells[(key, rec.trial)].append(bool(rec.success_strict))
     out: dict[str, list[float]] = defaultdict(list)
     for (key, _trial), oks in sorted(cells.items()):

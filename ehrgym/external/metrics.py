@@ -112,8 +112,9 @@ def task_type_rows(run_dir: str | Path) -> list[dict[str, Any]]:
 
 
 def task_type_frame(episodes: Any) -> Any:
-    """Per (benchmark, system, task type): the success rate of MedAgentBench runs (fraction, mean over
-    trials), with an ``overall`` row per system; empty when no run is on MedAgentBench."""
+    """Success rate per (benchmark, system, task type), a fraction and the mean over trials: every run has an
+    ``overall`` row (strict success of all its tasks; the gym as ``ehr-robustgym``), MedAgentBench runs one per
+    task type too (task1 … task10: its official metric)."""
     import pandas as pd
 
     from ehrgym.external.medagentbench import NAME, success_by_type
@@ -124,16 +125,20 @@ def task_type_frame(episodes: Any) -> Any:
     rows = []
     for (rundir, system), eps in episodes.groupby(["rundir", "system"], sort=True):
         manifest = run_benchmark(rundir)
-        if not manifest or manifest.get("benchmark") != NAME:
-            continue
-        records = [_Rec(*r) for r in zip(eps["template_id"], eps["trial"], eps["success_strict"])]
+        benchmark = manifest.get("benchmark", "external") if manifest else "ehr-robustgym"
+        by_type = benchmark == NAME
+        kinds = eps["template_id"] if by_type else ["overall"] * len(eps)
+        records = [_Rec(*r) for r in zip(kinds, eps["trial"], eps["success_strict"])]
         scored = eps[eps["success_strict"].notna()]
         for kind, rate in success_by_type(records).items():
             part = scored if kind == "overall" else scored[scored["template_id"] == kind]
-            rows.append({"benchmark": NAME, "system": system, "task_type": kind,
+            rows.append({"benchmark": benchmark, "system": system, "task_type": kind,
                          "trials": int(part["trial"].nunique()), "tasks": int(part["task_id"].nunique()),
                          "success_rate": rate / 100.0})
-    return pd.DataFrame(rows, columns=columns)
+    frame = pd.DataFrame(rows, columns=columns)
+    gym_first = frame["benchmark"].map(lambda b: (b != "ehr-robustgym", b))
+    return frame.assign(_k=gym_first).sort_values(["_k", "system"], kind="mergesort").drop(columns="_k") \
+        .reset_index(drop=True)
 
 
 class _Rec:

@@ -338,8 +338,8 @@ def _transfer(d: ReportData) -> pd.DataFrame | None:
     return None if frame.empty else frame   # gym-only runs: the gym row(s), to set external runs against
 
 
-@report_table("transfer_by_task_type", "MedAgentBench: success rate (its official metric) overall and per task type "
-              "(task1 … task10), per system (%, mean over trials)", percent=("success_rate",))
+@report_table("transfer_by_task_type", "Success rate per benchmark and system, overall and, for MedAgentBench (its "
+              "official metric), per task type task1 … task10 (%, mean over trials)", percent=("success_rate",))
 def _transfer_by_task_type(d: ReportData) -> pd.DataFrame | None:
     from ehrgym.external.metrics import task_type_frame
 
