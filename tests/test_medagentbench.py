@@ -306,3 +306,27 @@ def test_chat_agent_runs_a_fhir_task_with_native_tools_and_text(fhir: str, tmp_p
     assert first.ran == second.ran == 1 and all(r.success_strict for r in records), [r.error for r in records]
     assert {t["function"]["name"] for t in sent[0]["tools"]} == {"fhir_get", "fhir_post", "answer"}
     assert "FHIR" in sent[0]["messages"][0]["content"] and "FINISH(" in sent[-1]["messages"][0]["content"]
+
+
+def test_transfer_notebook_helpers_run_medagentbench(fhir: str, tmp_path: Path) -> None:
+    """What notebook 06 calls: MedAgentBench (test split only) runs whole under split="dev", is skipped with
+    the reason without a server, and its per-task-type success rates reach the report tables."""
+    import pandas as pd
+
+    from ehrgym.external.notebook import build_and_run
+    from ehrgym.report.build import build_report
+
+    ext = tmp_path / "ext"
+    ext.mkdir()
+    _data_dir(ext).rename(ext / "medagentbench")
+    skipped = build_and_run([mab.NAME], ["external-oracle"], tmp_path / "none", data=ext, progress=False)
+    assert "--fhir-url" in skipped.skipped[mab.NAME]
+    result = build_and_run([mab.NAME], ["external-oracle"], tmp_path / "out", data=ext, split="dev",
+                           resources={mab.NAME: {"fhir_url": fhir}}, progress=False)
+    build_report(result.run_dirs, None, tmp_path / "out" / "tables", tmp_path / "out" / "figures",
+                 tables=["transfer", "transfer_by_task_type"], figures=[], progress=False)   # the notebook's tables
+    table = pd.read_csv(tmp_path / "out" / "tables" / "transfer.csv")
+    assert table.loc[0, "benchmark"] == mab.NAME and table.loc[0, "success_rate_pct"] == pytest.approx(100.0)
+    by_type = pd.read_csv(tmp_path / "out" / "tables" / "transfer_by_task_type.csv")
+    assert list(by_type["task_type"]) == ["overall", *mab.TASK_TYPES] and (by_type["success_rate_pct"] == 100.0).all()
+    assert by_type.loc[0, "tasks"] == 13
