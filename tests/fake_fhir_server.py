@@ -50,8 +50,6 @@ def _observation(i: int, mrn: str, code: str, when: str, value: float) -> dict[s
 
 
 class _Handler(BaseHTTPRequestHandler):
-    requests: list[str] = []
-
     def log_message(self, *args: Any) -> None:  # quiet
         pass
 
@@ -63,8 +61,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        _Handler.requests.append(self.path)
+    def do_GET(self) -> None:
         url = urllib.parse.urlsplit(self.path)
         query = dict(urllib.parse.parse_qsl(url.query))
         path = url.path.removeprefix("/fhir/")
@@ -84,7 +81,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(200, _bundle(rows))
         return self._send(404, {"resourceType": "OperationOutcome", "issue": [{"diagnostics": f"no {path}"}]})
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self._send(405, {"resourceType": "OperationOutcome", "issue": [{"diagnostics": "read-only test server"}]})
 
 

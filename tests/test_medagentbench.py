@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from fake_fhir_server import FakeFhirServer  # noqa: E402
+from fake_fhir_server import FakeFhirServer
 
-from ehrgym.env.actions import AnswerAction, FhirGetAction, FhirPostAction  # noqa: E402
-from ehrgym.env.fhirtool import FhirClient, FhirError  # noqa: E402
-from ehrgym.external import medagentbench as mab  # noqa: E402
-from ehrgym.external.base import ExternalDataError, build_external, default_external_dir  # noqa: E402
+from ehrgym.env.actions import AnswerAction, FhirGetAction, FhirPostAction
+from ehrgym.env.fhirtool import FhirClient, FhirError
+from ehrgym.external import medagentbench as mab
+from ehrgym.external.base import ExternalDataError, build_external, default_external_dir
 
 NOW = mab.NOW
 BP = ('I just measured the blood pressure for patient with MRN of {mrn}, and it is "118/77 mmHg". '

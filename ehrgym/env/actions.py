@@ -63,7 +63,7 @@ class FhirPostAction:
 
 
 Action = Union[SqlAction, PythonAction, AnswerAction, FhirGetAction, FhirPostAction]
-ACTION_TYPES: tuple[type, ...] = (SqlAction, PythonAction, AnswerAction, FhirGetAction, FhirPostAction)
+ACTION_TYPES = (SqlAction, PythonAction, AnswerAction, FhirGetAction, FhirPostAction)
 
 
 def _text(value: Any, what: str) -> tuple[str | None, str | None]:

@@ -100,7 +100,7 @@ class FhirClient:
             full += ("&" if "?" in full else "?") + "_format=json"
         request = urllib.request.Request(full, headers={"Accept": "application/fhir+json, application/json"})
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as resp:  # noqa: S310 - http(s) only
+            with urllib.request.urlopen(request, timeout=self.timeout) as resp:
                 text = resp.read().decode("utf-8", errors="replace")
                 status = resp.status
         except urllib.error.HTTPError as exc:
@@ -146,13 +146,14 @@ def client_for(task: Any) -> FhirClient:
 
 
 def parse_payload(payload: Any) -> Any:
-    """A POST payload: a mapping or list as given, text parsed as JSON (ValueError when it is not JSON)."""
+    """A POST payload: a mapping or list as given, text parsed as JSON (ValueError when it is not JSON,
+    TypeError when it is neither text nor JSON-like)."""
     if isinstance(payload, (dict, list)):
         return payload
     if isinstance(payload, (bytes, bytearray)):
         payload = bytes(payload).decode("utf-8")
     if not isinstance(payload, str):
-        raise ValueError(f"the payload must be a JSON object, got {type(payload).__name__}")
+        raise TypeError(f"the payload must be a JSON object, got {type(payload).__name__}")
     return json.loads(payload)
 
 
@@ -181,7 +182,7 @@ def _register() -> None:
             client = client_for(env.task)
             resource = client.resource(action.url)
             payload = parse_payload(action.payload)
-        except (FhirError, ValueError, UnicodeDecodeError) as exc:
+        except (FhirError, ValueError, TypeError) as exc:
             msg = f"Invalid POST request: {exc}"
             return (Observation(text=msg, kind="fhir_post", error=msg),
                     {"tool": "fhir_post", "accepted": False, "error": msg})

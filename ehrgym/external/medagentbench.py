@@ -27,18 +27,30 @@ import hashlib
 import json
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ehrgym.bench.answers import AnswerSpec
 from ehrgym.bench.dataset import write_benchmark
 from ehrgym.bench.task import Expected, Task
 from ehrgym.db.profile import SchemaProfile
 from ehrgym.db.schema import ColumnSpec, TableSpec
-from ehrgym.env.fhirtool import FhirClient, FhirError, client_for, normalise_base, task_fhir_base
-from ehrgym.external.base import BuildResult, ExternalAdapter, ExternalDataError, register_adapter
+from ehrgym.env.fhirtool import (
+    FhirClient,
+    FhirError,
+    client_for,
+    normalise_base,
+    task_fhir_base,
+)
+from ehrgym.external.base import (
+    BuildResult,
+    ExternalAdapter,
+    ExternalDataError,
+    register_adapter,
+)
 from ehrgym.external.scoring import ANSWER_SCORERS
 
 NAME = "medagentbench-v2"
@@ -219,7 +231,7 @@ def build(data_dir: Path, out_dir: Path, fhir_url: str | None = None, check: boo
 # ---------------------------------------------------------------------------------------------
 def _when(text: str) -> datetime:
     moment = datetime.fromisoformat(str(text))
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -598,6 +610,7 @@ def verify_medagentbench(task: Any, action: Any, scoring: str = "strict", trajec
     error the runner retries and records), never a silent failure."""
     from ehrgym.env.verifier import Verdict
 
+    failure: str | None
     if action is None:
         ok, why, failure = False, "the episode ended without FINISH", "no_answer"
     elif action.is_abstain:
