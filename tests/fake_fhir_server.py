@@ -37,10 +37,10 @@ def _bundle(resources: list[dict[str, Any]]) -> dict[str, Any]:
             "entry": [{"fullUrl": f"{r['resourceType']}/{r['id']}", "resource": r} for r in resources]}
 
 
-def _patient(mrn: str) -> dict[str, Any]:
-    given, family = PATIENTS[mrn]["name"]
+def _patient(mrn: str, record: dict[str, Any]) -> dict[str, Any]:
+    given, family = record["name"]
     return {"resourceType": "Patient", "id": mrn, "identifier": [{"value": mrn}],
-            "name": [{"given": [given], "family": family}], "birthDate": PATIENTS[mrn]["birthDate"]}
+            "name": [{"given": [given], "family": family}], "birthDate": record["birthDate"]}
 
 
 def _observation(i: int, mrn: str, code: str, when: str, value: float) -> dict[str, Any]:
@@ -49,7 +49,31 @@ def _observation(i: int, mrn: str, code: str, when: str, value: float) -> dict[s
             "valueQuantity": {"value": value, "unit": "mg/dL"}}
 
 
+def synthetic_records(mrns: list[str], seed: int = 0) -> tuple[dict[str, dict[str, Any]], list[tuple[str, str, str, float]]]:
+    """Patients and observations for every MRN (seeded): each code is missing, old, recent or within 24 h, low
+    or normal, so every branch of every grader is exercised."""
+    import random
+    from datetime import datetime, timedelta, timezone
+
+    rng = random.Random(seed)
+    now = datetime(2023, 11, 13, 10, 15, tzinfo=timezone.utc)
+    ranges = {"MG": (0.6, 2.6), "GLU": (60.0, 260.0), "K": (2.8, 5.0), "A1C": (5.0, 9.5)}
+    patients, observations = {}, []
+    for mrn in mrns:
+        patients[mrn] = {"name": ("Pat", mrn), "birthDate": f"{rng.randint(1930, 2005)}-{rng.randint(1, 12):02d}-"
+                                                            f"{rng.randint(1, 28):02d}"}
+        for code, (lo, hi) in ranges.items():
+            for _ in range(rng.choice((0, 1, 2, 3))):
+                hours = rng.choice((rng.uniform(0.5, 23.5), rng.uniform(25, 24 * 30), rng.uniform(24 * 400, 24 * 900)))
+                when = (now - timedelta(hours=hours)).replace(microsecond=0).isoformat()
+                observations.append((mrn, code, when, round(rng.uniform(lo, hi), 1)))
+    return patients, observations
+
+
 class _Handler(BaseHTTPRequestHandler):
+    patients: dict[str, dict[str, Any]] = PATIENTS
+    observations: list[tuple[str, str, str, float]] = OBSERVATIONS
+
     def log_message(self, *args: Any) -> None:  # quiet
         pass
 
@@ -69,14 +93,14 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(200, {"resourceType": "CapabilityStatement", "fhirVersion": "4.0.1"})
         if path == "Patient":
             mrn = query.get("identifier")
-            hits = [m for m in PATIENTS if mrn in (None, m)]
+            hits = [m for m in self.patients if mrn in (None, m)]
             if "family" in query:
-                hits = [m for m in hits if PATIENTS[m]["name"][1] == query["family"]]
+                hits = [m for m in hits if self.patients[m]["name"][1] == query["family"]]
             if "birthdate" in query:
-                hits = [m for m in hits if PATIENTS[m]["birthDate"] == query["birthdate"]]
-            return self._send(200, _bundle([_patient(m) for m in hits]))
+                hits = [m for m in hits if self.patients[m]["birthDate"] == query["birthdate"]]
+            return self._send(200, _bundle([_patient(m, self.patients[m]) for m in hits]))
         if path == "Observation":
-            rows = [_observation(i, *o) for i, o in enumerate(OBSERVATIONS)
+            rows = [_observation(i, *o) for i, o in enumerate(self.observations)
                     if o[0] == query.get("patient") and o[1] == query.get("code")]
             return self._send(200, _bundle(rows))
         return self._send(404, {"resourceType": "OperationOutcome", "issue": [{"diagnostics": f"no {path}"}]})
@@ -86,10 +110,17 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class FakeFhirServer:
-    """``with FakeFhirServer() as base: ...`` serves on 127.0.0.1 (a free port); ``base`` ends in ``/fhir/``."""
+    """``with FakeFhirServer() as base: ...`` serves on 127.0.0.1 (a free port); ``base`` ends in ``/fhir/``.
+    ``patients`` / ``observations``: other records than the hand-written ones (e.g. :func:`synthetic_records`)."""
+
+    def __init__(self, patients: dict[str, dict[str, Any]] | None = None,
+                 observations: list[tuple[str, str, str, float]] | None = None) -> None:
+        self.handler = type("Handler", (_Handler,), {"patients": patients if patients is not None else PATIENTS,
+                                                     "observations": observations if observations is not None
+                                                     else OBSERVATIONS})
 
     def __enter__(self) -> str:
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self.handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
         return f"http://127.0.0.1:{self.httpd.server_address[1]}/fhir/"

@@ -604,21 +604,18 @@ def grade(task: Any, action: Any, trajectory: Any, client: FhirClient | None = N
 
 @ANSWER_SCORERS.decorator("medagentbench")
 def verify_medagentbench(task: Any, action: Any, scoring: str = "strict", trajectory: Any = None) -> Any:
-    """The episode verifier of MedAgentBench tasks: the official task-specific checks (no abstention is right).
+    """The episode verifier of MedAgentBench tasks: the official task-specific checks.
 
     The grader needs the server: when it cannot be reached the error propagates (an infrastructure
     error the runner retries and records), never a silent failure."""
     from ehrgym.env.verifier import Verdict
 
-    failure: str | None
-    if action is None:
-        ok, why, failure = False, "the episode ended without FINISH", "no_answer"
-    elif action.is_abstain:
-        ok, why, failure = False, f"abstained ({action.abstain}); MedAgentBench tasks expect an answer", \
-            "false_abstention"
-    else:
-        ok, why = grade(task, action, trajectory)
-        failure = None if ok else "wrong_value"
+    if action is None:   # the official harness grades only episodes that FINISHed
+        return Verdict(False, False, 0.0, "no_answer", "the episode ended without FINISH")
+    # an abstention FINISHes without an answer list: graders that check the answer fail it, the others
+    # (task3, task8, task5 without a magnesium value) grade the POSTs alone, as the official ones do
+    ok, why = grade(task, action, trajectory)
+    failure = None if ok else "false_abstention" if action.is_abstain else "wrong_value"
     return Verdict(ok, ok, 1.0 if ok else 0.0, failure, why)
 
 
