@@ -128,6 +128,7 @@ def test_task5_magnesium_replacement(fhir: str) -> None:
 def test_task6_and_task7_glucose(fhir: str) -> None:
     t6 = _task(fhir, "task6", "S1000001")        # mean of 100 and 121 within 24 h
     assert _grade(fhir, t6, [110.5]) and _grade(fhir, t6, [110.55]) and not _grade(fhir, t6, [173.67])
+    assert _grade(fhir, t6, "110.5") and not _grade(fhir, t6, ["110.5"]) and not _grade(fhir, t6, [110.5, 1])
     assert _grade(fhir, _task(fhir, "task6", "S1000002"), [-1])
     t7 = _task(fhir, "task7", "S1000001")        # the latest of any time
     assert _grade(fhir, t7, [100.0]) and not _grade(fhir, t7, [121.0])
@@ -365,3 +366,15 @@ def test_oracle_scores_100_on_all_300_published_tasks(tmp_path: Path) -> None:
                        progress=False)
         passed = {r.task_id for r in EpisodeStore(tmp_path / "floor").records() if r.success_strict}
         assert passed == nothing_to_do and nothing_to_do
+
+
+def test_a_fhir_run_needs_no_python_sandbox(fhir: str, tmp_path: Path) -> None:
+    """The episode offers no Python tool, so the runner turns it off (no sandbox probe, no refusal)."""
+    from ehrgym.eval.runner import run_evaluation
+    from ehrgym.eval.store import read_run_config
+
+    result = build_external(mab.NAME, tmp_path / "bench", _data_dir(tmp_path), fhir_url=fhir)
+    run_evaluation(tmp_path / "bench", result.files["episode_db"], "external-oracle", tmp_path / "run", k=1,
+                   tasks=[f"{mab.NAME}-task1_1"], env_config={"python": True}, progress=False)
+    config = read_run_config(tmp_path / "run")
+    assert config["env_config"]["python"] is False and config["python_sandbox"] is None

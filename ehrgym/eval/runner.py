@@ -440,6 +440,14 @@ def run_evaluation(bench_dir: str | Path, db_path: str | Path, agent_name: str, 
     agent_kwargs = dict(agent_kwargs or {})
     entry = get_agent_entry(agent_name)
     env_config = {**entry.factory.env_defaults, **(env_config or {})}
+    from ehrgym.env.engine import database_profile
+
+    try:
+        offered = getattr(database_profile(db_path), "tools", None)
+    except EhrGymError:   # a missing or bad database: _db_content_hash below says so
+        offered = None
+    if offered and "python" not in offered:   # e.g. a FHIR server's episodes: no Python tool, so no sandbox needed
+        env_config["python"] = False
     sandbox = python_sandbox(env_config)   # fails closed before any episode runs
     bench = load_benchmark(bench_dir)
     manifest = dict(getattr(bench, "manifest", {}) or {})

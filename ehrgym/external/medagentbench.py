@@ -510,10 +510,9 @@ def grade_task6(task: Any, ep: Episode, client: FhirClient) -> tuple[bool, str]:
         return False, problem
     ref = mean_24h(client, task.meta["eval_MRN"], "GLU")
     given = ep.answer
-    try:
-        ok = given is not None and len(given) == 1 and abs(float(given[0]) - ref) < 0.1
-    except (TypeError, ValueError):
-        ok = False
+    # a JSON number, as the official check subtracts it (a number written as text fails there too)
+    ok = given is not None and len(given) == 1 and isinstance(given[0], (int, float)) \
+        and not isinstance(given[0], bool) and abs(given[0] - ref) < 0.1
     return (True, f"correct ({given})") if ok else (False, f"answered {given}; expected [{ref}] (within 0.1)")
 
 
