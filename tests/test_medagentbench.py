@@ -227,6 +227,12 @@ def test_oracle_scores_100_through_the_runner(fhir: str, tmp_path: Path) -> None
     assert run_transfer_row(tmp_path / "run")["success_rate"] == 100.0
     rows = {r["task_type"]: r["success_rate"] for r in task_type_rows(tmp_path / "run")}
     assert rows["overall"] == 100.0 and set(rows) == {"overall", *mab.TASK_TYPES}
+    from click.testing import CliRunner
+
+    from ehrgym.external.cli import group
+
+    scored = CliRunner().invoke(group, ["score", str(tmp_path / "run")])
+    assert scored.exit_code == 0 and "| medagentbench-v2 | external-oracle | task10 | 100.0 |" in scored.output
     abstain = run_evaluation(tmp_path / "bench", result.files["episode_db"], "external-abstain", tmp_path / "floor",
                              k=1, progress=False)
     assert abstain.success_clean == pytest.approx(1 / 13)   # task5_2: no magnesium in 24 h, nothing to order
@@ -251,13 +257,19 @@ def test_clear_errors_without_or_with_an_unreachable_server(tmp_path: Path) -> N
         mab.grade(task, AnswerAction([1.3]), None)
 
 
-def test_cli_build_needs_a_fhir_url(tmp_path: Path) -> None:
+def test_cli_build_needs_a_fhir_url(fhir: str, tmp_path: Path) -> None:
     from click.testing import CliRunner
 
     from ehrgym.external.cli import group
 
-    out = CliRunner().invoke(group, ["build", mab.NAME, "--data", str(_data_dir(tmp_path)), "--out", str(tmp_path / "o")])
+    data = str(_data_dir(tmp_path))
+    out = CliRunner().invoke(group, ["build", mab.NAME, "--data", data, "--out", str(tmp_path / "o")])
     assert out.exit_code != 0 and "--fhir-url" in str(out.exception or out.output)
+    out = CliRunner().invoke(group, ["build", mab.NAME, "--data", data, "--out", str(tmp_path / "o"),
+                                     "--fhir-url", fhir, "--check"])
+    assert out.exit_code == 0, out.output
+    assert "13 tasks" in out.output and "patients looked up on the server: 3, missing: 0" in out.output
+    assert "ehrgym eval run --bench" in out.output
 
 
 def test_text_protocol_reads_the_official_calls() -> None:

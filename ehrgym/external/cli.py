@@ -49,9 +49,13 @@ def build_cmd(name: str, data: str | None, out_dir: str, splits: tuple[str, ...]
     click.echo(f"{name}: {result.tasks} tasks {result.by_split} in {result.out_dir} ({result.seconds:.1f} s)")
     for role, path in result.files.items():
         click.echo(f"  {role}: {path}")
-    if result.checks:
+    if "gold_sql_checked" in result.checks:
         click.echo(f"  gold SQL checked: {result.checks.get('gold_sql_checked')}, mismatches: "
                    f"{len(result.checks.get('gold_sql_mismatches', []))}")
+    if "patients_checked" in result.checks:   # a FHIR server (MedAgentBench)
+        missing = result.checks.get("patients_missing") or []
+        click.echo(f"  patients looked up on the server: {result.checks['patients_checked']}, missing: "
+                   f"{len(missing)}{' (e.g. ' + missing[0] + ')' if missing else ''}")
     db_file = result.files.get("episode_db")
     if db_file:
         click.echo(f"run agents with: ehrgym eval run --bench {result.out_dir} --db {db_file} --agent AGENT --out RUN")
