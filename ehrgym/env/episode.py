@@ -67,7 +67,7 @@ class Observation:
     """What the agent sees: ``text`` (for an LLM) plus structured fields."""
 
     text: str
-    kind: str                    # task | sql | python | answer | invalid | limit
+    kind: str                    # task | sql | python | fhir_get | fhir_post | answer | invalid | limit
     task_id: str = ""
     step: int = 0
     steps_left: int = 0
