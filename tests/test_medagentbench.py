@@ -351,6 +351,7 @@ def test_oracle_scores_100_on_all_300_published_tasks(tmp_path: Path) -> None:
     where doing nothing is right and the answer is not graded (task5 without a magnesium value in 24 h)."""
     from fake_fhir_server import synthetic_records
 
+    from ehrgym.bench.dataset import load_benchmark
     from ehrgym.eval.runner import run_evaluation
     from ehrgym.eval.store import EpisodeStore
 
@@ -369,8 +370,7 @@ def test_oracle_scores_100_on_all_300_published_tasks(tmp_path: Path) -> None:
                                                                             if not r.success_strict][:5]
         posts = sum(1 for r in records for s in r.trajectory["steps"] if s["action"]["tool"] == "fhir_post")
         assert posts > 60        # every BP and referral task, and the orders the synthetic values call for
-        tasks = {t.task_id: t for t in __import__("ehrgym.bench.dataset", fromlist=["x"]).load_benchmark(
-            tmp_path / "bench").tasks}
+        tasks = {t.task_id: t for t in load_benchmark(tmp_path / "bench").tasks}
         client = FhirClient(base)
         nothing_to_do = {tid for tid, t in tasks.items() if t.meta["task_type"] == "task5"
                          and mab.last_24h(client, t.meta["eval_MRN"], "MG") is None}
