@@ -18,6 +18,7 @@ arguments or the environment: ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``, ``EHRGYM_
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Any, Callable
@@ -28,7 +29,7 @@ from ehrgym.agents.base import Agent, Briefing, Concurrency, Entitlement, observ
 from ehrgym.agents.prompts import system_prompt
 from ehrgym.agents.registry import register_agent
 from ehrgym.agents.textactions import CORRECTIVE, MalformedOutput, action_from_tool_call, parse_text_action
-from ehrgym.env.actions import Action, PythonAction, SqlAction
+from ehrgym.env.actions import Action, FhirGetAction, FhirPostAction, PythonAction, SqlAction
 from ehrgym.errors import AgentError, InfrastructureError
 
 _TOOL_HINTS = ("tool", "function", "jinja")
@@ -40,6 +41,11 @@ def render_action_text(action: Action) -> str:
         return f"```sql\n{action.query}\n```"
     if isinstance(action, PythonAction):
         return f"```python\n{action.code}\n```"
+    if isinstance(action, FhirGetAction):
+        return f"GET {action.url}"
+    if isinstance(action, FhirPostAction):
+        payload = action.payload if isinstance(action.payload, str) else json.dumps(action.payload)
+        return f"POST {action.url}\n{payload}"
     if action.abstain is not None:
         return f"ABSTAIN: {action.abstain}: {action.explanation}".rstrip(": ")
     return f"ANSWER: {action.value}"
@@ -108,6 +114,9 @@ class ChatAgent(Agent):
         self._pending_tool_call = None
         # the SQL tool names the episode's schemas (MIMIC-IV's, or an external benchmark's)
         self._schemas = tuple(getattr(observation, "schemas", ()) or ()) or None
+        # an episode on a FHIR server (MedAgentBench) offers other tools than the gym's sql/python/answer
+        names = tuple(getattr(observation, "tool_names", ()) or ())
+        self._tool_names = names if any(n not in ("sql", "python", "answer") for n in names) else None
         self._tools = None
         self.messages = [{"role": "system", "content": system_prompt(self.prompt, not self.native_tools)},
                          {"role": "user", "content": observation_text(observation)}]
@@ -196,7 +205,7 @@ class ChatAgent(Agent):
             if self._tools is None:
                 from ehrgym.env.tools import tool_schemas
 
-                self._tools = tool_schemas(schemas=getattr(self, "_schemas", None))
+                self._tools = tool_schemas(getattr(self, "_tool_names", None), schemas=getattr(self, "_schemas", None))
             req["tools"] = self._tools
         return req
 

@@ -51,10 +51,23 @@ use only the tables it lists). Explore the database with the tools, then give on
 Some questions cannot be answered from this database: then abstain instead, with one reason code \
 from: {_REASONS}, and a short explanation."""
 
+# MedAgentBench (ehrgym.external.medagentbench): the first message lists the FHIR functions and the task
+FHIR = """You are a clinical assistant working in an electronic health record through its FHIR R4 API. \
+Use the FHIR functions the first message lists, with the tools fhir_get and fhir_post, to look up what the \
+task needs and to place the orders or records it asks for (only those), then give your answers as a JSON list."""
+
+FHIR_TEXT_PROTOCOL = """
+Reply with exactly ONE action per message, in one of these forms (nothing else in the message):
+GET <url>
+POST <url>
+<the JSON payload>
+FINISH([answer1, answer2, ...])"""
+
 PROMPTS: dict[str, str] = {
     "neutral": NEUTRAL,
     "noise_aware": NOISE_AWARE,
     "external": EXTERNAL,
+    "fhir": FHIR,
 }
 
 
@@ -64,4 +77,5 @@ def system_prompt(variant: str, text_protocol: bool = False) -> str:
         text = PROMPTS[variant]
     except KeyError:
         raise AgentError(f"unknown prompt variant {variant!r}; choose one of {sorted(PROMPTS)}") from None
-    return text + ("\n" + TEXT_PROTOCOL if text_protocol else "")
+    protocol = FHIR_TEXT_PROTOCOL if variant == "fhir" else TEXT_PROTOCOL
+    return text + ("\n" + protocol if text_protocol else "")

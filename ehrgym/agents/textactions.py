@@ -45,10 +45,12 @@ def action_from_tool_call(name: str, arguments: str | dict[str, Any] | None) -> 
     if not isinstance(args, dict):
         raise MalformedOutput(f"The arguments of your {name!r} call must be a JSON object.")
     tool = (name or "").strip().lower()
-    if tool not in ("sql", "python", "answer"):
-        raise MalformedOutput(f"There is no tool {name!r}; use sql, python or answer.")
+    if tool not in ("sql", "python", "answer", "fhir_get", "fhir_post"):
+        raise MalformedOutput(f"There is no tool {name!r}; use the tools the episode offers (sql, python, answer; "
+                              f"on a FHIR server fhir_get, fhir_post, answer).")
     action = protocol.action_from_mapping({**args, "tool": tool})
     if action is None:
-        needs = {"sql": "query", "python": "code", "answer": "value (or abstain with a reason)"}[tool]
+        needs = {"sql": "query", "python": "code", "answer": "value (or abstain with a reason)", "fhir_get": "url",
+                 "fhir_post": "url"}[tool]
         raise MalformedOutput(f"Your {tool!r} call lacks its argument {needs}.")
     return action

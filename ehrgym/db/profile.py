@@ -25,6 +25,10 @@ class SchemaProfile:
     tables: tuple[TableSpec, ...]
     description: str = "a MIMIC-IV hospital database"
     current_time: str | None = None   # "now" of the database, told to the agent when set
+    # an episode that is not SQL over these tables (a FHIR server: ehrgym.env.fhirtool) names its tools and
+    # the text that replaces the table listing in the first observation
+    tools: tuple[str, ...] | None = None
+    summary: str | None = None
 
     @property
     def schemas(self) -> tuple[str, ...]:
@@ -47,16 +51,23 @@ class SchemaProfile:
         return f"SET search_path = '{','.join(parts)}'"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "description": self.description, "current_time": self.current_time,
-                "tables": [{"schema": spec.module, "name": spec.name,
-                            "columns": [[c.name, c.bigquery_type, c.required] for c in spec.columns]}
-                           for spec in self.tables]}
+        data: dict[str, Any] = {"name": self.name, "description": self.description, "current_time": self.current_time,
+                                "tables": [{"schema": spec.module, "name": spec.name,
+                                            "columns": [[c.name, c.bigquery_type, c.required] for c in spec.columns]}
+                                           for spec in self.tables]}
+        if self.tools is not None:
+            data["tools"] = list(self.tools)
+        if self.summary is not None:
+            data["summary"] = self.summary
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "SchemaProfile":
         tables = tuple(TableSpec(t["schema"], t["name"], tuple(ColumnSpec(c[0], c[1], bool(c[2])) for c in t["columns"]))
                        for t in data["tables"])
-        return cls(str(data["name"]), tables, str(data.get("description") or ""), data.get("current_time"))
+        tools = tuple(str(t) for t in data["tools"]) if data.get("tools") is not None else None
+        return cls(str(data["name"]), tables, str(data.get("description") or ""), data.get("current_time"),
+                   tools, data.get("summary"))
 
 
 @lru_cache(maxsize=1)

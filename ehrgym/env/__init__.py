@@ -9,6 +9,8 @@
 - :mod:`ehrgym.env.sqltool` — one query: limits, row cap, previews, agent-readable errors.
 - :mod:`ehrgym.env.pyworker` — the isolated per-episode Python worker.
 - :mod:`ehrgym.env.protocol` — answer protocol text and parsers; :mod:`ehrgym.env.tools` — tool schemas.
+- :mod:`ehrgym.env.fhirtool` — the ``fhir_get`` / ``fhir_post`` tools of an episode on a FHIR server
+  (MedAgentBench), offered when the database's schema profile names them.
 - :mod:`ehrgym.env.verifier` — ``verify(task, answer) -> Verdict``; :mod:`ehrgym.env.trajectory`.
 - :mod:`ehrgym.env.gym` — Gymnasium wrapper registered as ``EHRRobustGym-v0``.
 

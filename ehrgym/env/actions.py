@@ -1,4 +1,10 @@
-"""The three actions (tools) an agent can take in an episode."""
+"""The actions (tools) an agent can take in an episode.
+
+SQL, Python and the final answer are the gym's tools. ``fhir_get`` / ``fhir_post`` are the tools of
+an episode on a FHIR R4 server (MedAgentBench, :mod:`ehrgym.env.fhirtool`); an episode offers the
+tools its schema profile names (:attr:`ehrgym.db.profile.SchemaProfile.tools`), SQL, Python and
+answer by default.
+"""
 
 from __future__ import annotations
 
@@ -39,7 +45,25 @@ class AnswerAction:
         return self.abstain is not None
 
 
-Action = Union[SqlAction, PythonAction, AnswerAction]
+@dataclass(frozen=True)
+class FhirGetAction:
+    """Send one GET request to the episode's FHIR R4 server and see its JSON response."""
+
+    url: str
+    tool: str = "fhir_get"
+
+
+@dataclass(frozen=True)
+class FhirPostAction:
+    """Send one POST request (create a FHIR resource) to the episode's FHIR R4 server; it is recorded for grading."""
+
+    url: str
+    payload: Any = None
+    tool: str = "fhir_post"
+
+
+Action = Union[SqlAction, PythonAction, AnswerAction, FhirGetAction, FhirPostAction]
+ACTION_TYPES = (SqlAction, PythonAction, AnswerAction, FhirGetAction, FhirPostAction)
 
 
 def _text(value: Any, what: str) -> tuple[str | None, str | None]:
@@ -78,6 +102,11 @@ def check_action(action: Action) -> tuple[Action | None, str | None]:
         if not isinstance(action.explanation, str):
             return None, "Could not record the answer: explanation must be text (a str)."
         return action, None
+    if isinstance(action, (FhirGetAction, FhirPostAction)):   # the payload is checked when the POST runs
+        url, problem = _text(action.url, "URL")
+        if problem:
+            return None, f"Could not run the {action.tool} call: {problem}."
+        return (action if url is action.url else replace(action, url=url)), None
     return None, f"Could not read an action of type {type(action).__name__}; use sql, python or answer."
 
 
@@ -86,6 +115,10 @@ def action_to_dict(action: Action) -> dict[str, Any]:
         return {"tool": "sql", "query": action.query}
     if isinstance(action, PythonAction):
         return {"tool": "python", "code": action.code}
+    if isinstance(action, FhirGetAction):
+        return {"tool": "fhir_get", "url": action.url}
+    if isinstance(action, FhirPostAction):
+        return {"tool": "fhir_post", "url": action.url, "payload": action.payload}
     return {"tool": "answer", "value": action.value, "abstain": action.abstain, "explanation": action.explanation}
 
 
@@ -97,4 +130,8 @@ def action_from_dict(data: dict[str, Any]) -> Action:
         return PythonAction(str(data["code"]))
     if tool == "answer":
         return AnswerAction(data.get("value"), data.get("abstain"), str(data.get("explanation", "")))
-    raise ValueError(f"unknown tool {tool!r}; use sql, python or answer")
+    if tool == "fhir_get":
+        return FhirGetAction(str(data["url"]))
+    if tool == "fhir_post":
+        return FhirPostAction(str(data["url"]), data.get("payload"))
+    raise ValueError(f"unknown tool {tool!r}; use sql, python, answer, fhir_get or fhir_post")

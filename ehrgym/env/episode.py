@@ -28,7 +28,8 @@ from typing import Any, Callable
 
 from ehrgym.bench.task import Task
 from ehrgym.db.schema import EXPOSED_SCHEMAS, mimic_schema
-from ehrgym.env.actions import Action, AnswerAction, PythonAction, SqlAction, action_to_dict, check_action
+from ehrgym.env.actions import (ACTION_TYPES, Action, AnswerAction, PythonAction, SqlAction, action_to_dict,
+                                check_action)
 from ehrgym.env.gate import SqlGate
 from ehrgym.env.pool import ConnectionPool, ConnectionSettings
 from ehrgym.env.protocol import ActionParseError, parse_action, protocol_text
@@ -66,7 +67,7 @@ class Observation:
     """What the agent sees: ``text`` (for an LLM) plus structured fields."""
 
     text: str
-    kind: str                    # task | sql | python | answer | invalid | limit
+    kind: str                    # task | sql | python | fhir_get | fhir_post | answer | invalid | limit
     task_id: str = ""
     step: int = 0
     steps_left: int = 0
@@ -75,6 +76,7 @@ class Observation:
     tools: str = ""
     schema_summary: str = ""
     schemas: tuple[str, ...] = ()  # the schemas the episode's tables live in (first observation)
+    tool_names: tuple[str, ...] = ()  # the tools the episode offers (first observation; ehrgym.env.tools)
     columns: list[str] = field(default_factory=list)
     rows: list[tuple[Any, ...]] = field(default_factory=list)
     row_count: int | None = None
@@ -275,8 +277,8 @@ class EhrEnv:
         self.verdict = None
         text = self._task_text(task)
         obs = Observation(text=text, kind="task", task_id=task.public_id, step=0, steps_left=self.config.max_steps,
-                          question=task.question, protocol=protocol_text(),
-                          tools=self._tool_text(), schemas=self._schemas(),
+                          question=task.question, protocol=self._protocol(),
+                          tools=self._tool_text(), schemas=self._schemas(), tool_names=self.tools,
                           schema_summary=self._schema_summary() if self.config.schema_summary else "")
         self.trajectory = Trajectory(task_id=task.public_id, initial_observation=text)
         self._started = time.perf_counter()
@@ -303,7 +305,7 @@ class EhrEnv:
             action_record = action_to_dict(parsed)
         reward = 0.0
         if isinstance(parsed, AnswerAction):
-            self.verdict = verify(self.task, parsed, self.config.scoring)
+            self.verdict = verify(self.task, parsed, self.config.scoring, trajectory=self.trajectory)
             self.done = True
             reward = self.verdict.reward
             self.trajectory.termination = "abstained" if parsed.is_abstain else "answered"
@@ -332,6 +334,14 @@ class EhrEnv:
                                                     _jsonable(info), dict(usage or {})))
         terminated = self.done and isinstance(parsed, AnswerAction)
         return StepResult(obs, reward, terminated, self.done and not terminated, info)
+
+    @property
+    def tools(self) -> tuple[str, ...]:
+        """The tools this episode offers: its schema profile's when it names them (a FHIR server's), else
+        ``EnvConfig.tools``."""
+        if self.profile is not None and getattr(self.profile, "tools", None):
+            return tuple(self.profile.tools)
+        return self.config.tools
 
     @property
     def expired(self) -> bool:
@@ -385,7 +395,7 @@ class EhrEnv:
         """The action to run, or None and the message that tells the agent what to send instead.
         Never raises: whatever the agent produced becomes an action or an ``invalid`` observation."""
         try:
-            if isinstance(action, (SqlAction, PythonAction, AnswerAction)):
+            if isinstance(action, ACTION_TYPES):
                 return check_action(action)
             if isinstance(action, dict):
                 from ehrgym.env.protocol import action_from_mapping
@@ -410,6 +420,10 @@ class EhrEnv:
 
     def _run_handler(self, action: Action) -> tuple[Observation, dict[str, Any]]:
         """Run a tool; an exception (an environment bug an agent's input provoked) becomes an observation."""
+        offered = getattr(self.profile, "tools", None)
+        if offered and action.tool not in offered:   # a profile that names its tools offers only those
+            msg = f"The {action.tool} tool is not offered in this episode; use {', '.join(offered)}."
+            return Observation(text=msg, kind="invalid", error=msg), {"tool": action.tool, "error": msg}
         try:
             return ACTION_HANDLERS[type(action)](self._tools, action)
         except Exception as exc:  # noqa: BLE001 - nothing an agent sends may stop the episode or the run
@@ -444,10 +458,11 @@ class EhrEnv:
         described = profile.description if profile is not None else "a MIMIC-IV hospital database"
         now = f' Take the current time to be {profile.current_time}.' if profile is not None and \
             profile.current_time else ""
+        dialect = " (DuckDB SQL)" if "sql" in self.tools else ""
         parts = [f"Question: {task.question}", "",
-                 f"You are working with {described} (DuckDB SQL).{now} Explore it with the tools "
+                 f"You are working with {described}{dialect}.{now} Explore it with the tools "
                  "below, then answer or abstain.", "",
-                 "Tools:", self._tool_text(), "", protocol_text(), ""]
+                 "Tools:", self._tool_text(), "", self._protocol(), ""]
         if cfg.schema_summary:
             parts += [self._schema_summary(), ""]
         parts.append(f"You have {cfg.max_steps} steps (tool calls, the final answer included).")
@@ -457,12 +472,18 @@ class EhrEnv:
         """The schemas the episode exposes (its profile's; MIMIC-IV's by default)."""
         return tuple(self.profile.schemas) if self.profile is not None else tuple(EXPOSED_SCHEMAS)
 
+    def _protocol(self) -> str:
+        """The answer protocol shown to the agent: the gym's, or the FHIR tools' (MedAgentBench)."""
+        return _fhirtool.PROTOCOL if "fhir_get" in self.tools else protocol_text()
+
     def _tool_text(self) -> str:
-        return tool_descriptions(self.config.tools, self._schemas())
+        return tool_descriptions(self.tools, self._schemas())
 
     def _schema_summary(self) -> str:
         if self.profile is None or self.profile.name == "mimic-iv":
             return schema_summary()
+        if getattr(self.profile, "summary", None):   # a FHIR server's functions instead of tables
+            return str(self.profile.summary)
         if getattr(self, "_profile_summary", None) is None:
             self._profile_summary = schema_summary(self.profile)
         return self._profile_summary
@@ -569,3 +590,8 @@ def _jsonable(value: Any) -> Any:
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
     return str(value)
+
+
+# the FHIR tools (fhir_get, fhir_post) register their handlers here; an episode offers them when its
+# schema profile names them (ehrgym.db.profile.SchemaProfile.tools)
+from ehrgym.env import fhirtool as _fhirtool  # noqa: E402,F401

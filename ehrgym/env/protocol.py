@@ -3,7 +3,9 @@
 Structured: :class:`~ehrgym.env.actions.AnswerAction`, or JSON ``{"answer": ...}`` /
 ``{"abstain": "reason", "explanation": "..."}`` / ``{"tool": "sql", "query": ...}``.
 Free text (LLM output): ``ANSWER: <value>``, ``ABSTAIN: <reason>: <explanation>``,
-``SQL: <query>`` / ```` ```sql ```` fences, ``PYTHON: <code>`` / ```` ```python ```` fences.
+``SQL: <query>`` / ```` ```sql ```` fences, ``PYTHON: <code>`` / ```` ```python ```` fences; on a
+FHIR server (MedAgentBench) also the official harness's lines ``GET <url>``, ``POST <url>`` followed
+by the JSON payload, and ``FINISH([answer, ...])``.
 Parsing is tolerant of casing, punctuation, markdown and reason synonyms
 ("insufficient evidence", "contradictory records", …); the reason codes come from
 :data:`ehrgym.vocab.ABSTAIN_REASONS`.
@@ -17,7 +19,7 @@ import re
 from functools import lru_cache
 from typing import Any
 
-from ehrgym.env.actions import Action, AnswerAction, PythonAction, SqlAction
+from ehrgym.env.actions import Action, AnswerAction, FhirGetAction, FhirPostAction, PythonAction, SqlAction
 from ehrgym.errors import AgentError
 from ehrgym.vocab import ABSTAIN_REASONS
 
@@ -184,7 +186,10 @@ _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.S)
 _SQL_START = re.compile(r"^\s*(?:select|with|from|show|describe|desc|summarize|values|pivot|\()\b", re.I)
 
 
-_CALL = re.compile(r"(?im)^[ \t*_#>`]*(answer|abstain|sql|python)\s*\(")
+_CALL = re.compile(r"(?im)^[ \t*_#>`]*(answer|abstain|sql|python|fhir_get|fhir_post)\s*\(")
+# MedAgentBench's own text protocol: a line "GET url", "POST url" + JSON payload lines, "FINISH([...])"
+_HTTP = re.compile(r"(?m)^[ \t]*(GET|POST)[ \t]+(\S+)[ \t]*$")
+_FINISH = re.compile(r"(?m)^[ \t]*FINISH\((.*)\)[ \t]*$", re.S)
 _CALL_WINDOW = 20_000     # characters a call may span
 _CALL_TRIES = 128         # closing parentheses tried as the call's end
 
@@ -215,7 +220,7 @@ def action_from_call(name: str, args: list[Any], kwargs: dict[str, Any]) -> Acti
     """A tool call written as a function call: ``answer(2)``, ``answer(abstain="false_premise",
     explanation="...")``, ``abstain("invalid_reference", "...")``, ``sql("SELECT ...")``, ``python("...")``."""
     names = {"sql": ("query",), "python": ("code",), "answer": ("value", "abstain", "explanation"),
-             "abstain": ("abstain", "explanation")}[name]
+             "abstain": ("abstain", "explanation"), "fhir_get": ("url",), "fhir_post": ("url", "payload")}[name]
     if len(args) > len(names):
         return None
     params = dict(zip(names, args))
@@ -228,6 +233,8 @@ def action_from_call(name: str, args: list[Any], kwargs: dict[str, Any]) -> Acti
         return SqlAction(params["query"]) if isinstance(params.get("query"), str) else None
     if name == "python":
         return PythonAction(params["code"]) if isinstance(params.get("code"), str) else None
+    if name in ("fhir_get", "fhir_post"):
+        return _fhir_action(name, params)
     explanation = str(params.get("explanation") or "")
     if params.get("abstain") not in (None, False, ""):
         raw = params["abstain"]
@@ -258,9 +265,40 @@ def action_from_mapping(data: dict[str, Any]) -> Action | None:
     if tool == "python" or (not tool and ("python" in keys or "code" in keys)):
         code = keys.get("code", keys.get("python"))
         return PythonAction(str(code)) if isinstance(code, str) else None
+    if tool in ("fhir_get", "fhir_post"):
+        return _fhir_action(tool, keys)
     if tool in ("answer", ""):
         return answer_from_mapping(keys)
     return None
+
+
+def _fhir_action(tool: str, params: dict[str, Any]) -> Action | None:
+    url = params.get("url")
+    if not isinstance(url, str):
+        return None
+    return FhirGetAction(url) if tool == "fhir_get" else FhirPostAction(url, params.get("payload"))
+
+
+def _finish_value(body: str) -> Any:
+    """The value of ``FINISH(<body>)``: its JSON (the official answers are lists), else the text."""
+    try:
+        return json.loads(body)
+    except json.JSONDecodeError:
+        return body.strip()
+
+
+def _http_candidates(text: str) -> list[tuple[int, Action]]:
+    """MedAgentBench's text calls: ``GET url``; ``POST url`` and the JSON payload on the lines after it."""
+    found: list[tuple[int, Action]] = []
+    for m in _HTTP.finditer(text):
+        if m.group(1) == "GET":
+            found.append((m.start(), FhirGetAction(m.group(2))))
+        else:
+            payload = re.sub(r"^```[A-Za-z]*\s*|\s*```\s*$", "", text[m.end():].strip())
+            found.append((m.start(), FhirPostAction(m.group(2), payload)))
+    for m in _FINISH.finditer(text):
+        found.append((m.start(), AnswerAction(_finish_value(m.group(1)))))
+    return found
 
 
 def _json_objects(text: str, spans: list[tuple[int, int]] | None = None) -> list[tuple[int, dict[str, Any]]]:
@@ -295,6 +333,9 @@ def parse_action(text: str) -> Action:
         action = action_from_mapping(obj)
         if action is not None:
             candidates.append((pos, action))
+    http = _http_candidates(text)
+    if http:   # a POST's payload is JSON: the first GET/POST/FINISH line decides, as in the official harness
+        return min(http, key=lambda c: c[0])[1]
     fenced_spans = []
     for m in _FENCE.finditer(text):
         lang, body = m.group(1).lower(), m.group(2).strip()

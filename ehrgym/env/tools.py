@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from ehrgym.env.actions import AnswerAction, PythonAction, SqlAction
+from ehrgym.env.actions import AnswerAction, FhirGetAction, FhirPostAction, PythonAction, SqlAction
 from ehrgym.vocab import ABSTAIN_REASONS
 
 _JSON_TYPES: dict[Any, dict[str, Any]] = {
@@ -42,6 +42,7 @@ class Tool:
     notes: dict[str, str]
     required: tuple[str, ...] = ()
     enums: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    types: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)   # JSON schema of a parameter
 
     @property
     def name(self) -> str:
@@ -60,6 +61,8 @@ class Tool:
             schema = _json_schema(hints[f.name])
             if f.name in self.enums:
                 schema = {"type": "string", "enum": list(self.enums[f.name])}
+            if f.name in self.types:
+                schema = dict(self.types[f.name])
             schema["description"] = self.notes.get(f.name, f.name)
             props[f.name] = schema
         return {"type": "object", "properties": props, "required": list(self.required),
@@ -84,7 +87,19 @@ TOOLS: dict[str, Tool] = {t.name: t for t in (
                                    "code.",
                         "explanation": "Optional short justification, in particular for an abstention."},
          enums={"abstain": ABSTAIN_REASONS}),
+    Tool(FhirGetAction, {"url": "The resource and its search parameters, e.g. Patient?identifier=S123 or "
+                                "Observation?patient=S123&code=MG (relative to the FHIR base URL, or the full URL "
+                                "on that server)."},
+         required=("url",)),
+    Tool(FhirPostAction, {"url": "The resource type to create, e.g. Observation or MedicationRequest (relative to "
+                                 "the FHIR base URL, or the full URL on that server).",
+                          "payload": "The FHIR resource as a JSON object."},
+         required=("url", "payload"), types={"payload": {"type": "object"}}),
 )}
+
+# the gym's tools; an episode on a FHIR server offers FHIR_TOOLS (its schema profile names them)
+GYM_TOOLS: tuple[str, ...] = ("sql", "python", "answer")
+FHIR_TOOLS: tuple[str, ...] = ("fhir_get", "fhir_post", "answer")
 
 
 _MIMIC_SCOPE = "the MIMIC-IV tables (mimiciv_hosp.*, mimiciv_icu.*)"
@@ -104,9 +119,10 @@ def _scoped(text: str, schemas: tuple[str, ...] | None) -> str:
 
 def tool_schemas(names: tuple[str, ...] | None = None,
                  schemas: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
-    """OpenAI function-calling schemas of the tools (all, or ``names`` in that order); ``schemas``:
-    the schemas the episode exposes (``Observation.schemas``), named in the SQL tool's text."""
-    chosen = names if names is not None else tuple(TOOLS)
+    """OpenAI function-calling schemas of the tools (the gym's, or ``names`` in that order: an episode's
+    ``Observation.tool_names``); ``schemas``: the schemas the episode exposes (``Observation.schemas``),
+    named in the SQL tool's text."""
+    chosen = names if names is not None else GYM_TOOLS
     out = [TOOLS[n].schema() for n in chosen]
     if schemas and tuple(schemas) != _MIMIC_SCHEMAS:
         for spec in out:
@@ -120,7 +136,7 @@ def tool_schemas(names: tuple[str, ...] | None = None,
 @lru_cache(maxsize=16)
 def tool_descriptions(names: tuple[str, ...] | None = None, schemas: tuple[str, ...] | None = None) -> str:
     """The tools as text for prompts and the first observation (``schemas``: as for :func:`tool_schemas`)."""
-    chosen = names if names is not None else tuple(TOOLS)
+    chosen = names if names is not None else GYM_TOOLS
     lines = []
     for n in chosen:
         tool = TOOLS[n]

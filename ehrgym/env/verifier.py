@@ -51,15 +51,18 @@ def _verdict(strict: bool, lenient: bool, failure: str | None, detail: str, scor
     return Verdict(strict, lenient, 1.0 if ok else 0.0, failure, detail)
 
 
-def verify(task: Task, action: AnswerAction | None, scoring: str = "strict") -> Verdict:
-    """Score ``action`` (None = the episode ended without an answer) on ``task``."""
+def verify(task: Task, action: AnswerAction | None, scoring: str = "strict", trajectory: Any = None) -> Verdict:
+    """Score ``action`` (None = the episode ended without an answer) on ``task``.
+
+    ``trajectory``: the episode so far (:class:`~ehrgym.env.trajectory.Trajectory`), for an external
+    benchmark whose grading looks at the actions taken (MedAgentBench checks the POSTed orders)."""
     if scoring not in SCORINGS:
         raise ValueError(f"scoring must be one of {SCORINGS}, got {scoring!r}")
     scorer = (task.meta or {}).get("scorer")
     if scorer:  # an external benchmark's own answer comparison (ehrgym.external.scoring)
         from ehrgym.external.scoring import ANSWER_SCORERS
 
-        return ANSWER_SCORERS.get(scorer)(task, action, scoring)
+        return ANSWER_SCORERS.get(scorer)(task, action, scoring, trajectory=trajectory)
     expected = task.expected
     if action is None:
         return _verdict(False, False, "no_answer", "the episode ended without an answer", scoring)

@@ -167,6 +167,8 @@ class EpisodeWorker:
                 break
             try:
                 result = env.step(action, usage=_usage_delta(before, agent))
+            except InfrastructureError:   # e.g. a grader's server is unreachable: retried, then recorded as such
+                raise
             except Exception as exc:  # noqa: BLE001 - step() turns agent input into observations; anything
                 # left is an environment bug this episode provoked: record it, keep the run going
                 error = f"environment error on step {steps + 1}: {type(exc).__name__}: {str(exc)[:500]}"
@@ -447,6 +449,14 @@ def run_evaluation(bench_dir: str | Path, db_path: str | Path, agent_name: str, 
     agent_kwargs = dict(agent_kwargs or {})
     entry = get_agent_entry(agent_name)
     env_config = {**entry.factory.env_defaults, **(env_config or {})}
+    from ehrgym.env.engine import database_profile
+
+    try:
+        offered = getattr(database_profile(db_path), "tools", None)
+    except EhrGymError:   # a missing or bad database: _db_content_hash below says so
+        offered = None
+    if offered and "python" not in offered:   # e.g. a FHIR server's episodes: no Python tool, so no sandbox needed
+        env_config["python"] = False
     sandbox = python_sandbox(env_config)   # fails closed before any episode runs
     bench = load_benchmark(bench_dir)
     manifest = dict(getattr(bench, "manifest", {}) or {})

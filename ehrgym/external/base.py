@@ -48,7 +48,8 @@ ADAPTERS: Registry[ExternalAdapter] = Registry(
     builtin_modules={"ehrsql-2024": "ehrgym.external.ehrsql2024",
                      "ehrsql-2022-mimic-iii": "ehrgym.external.ehrsql2022",
                      "ehrsql-2022-eicu": "ehrgym.external.ehrsql2022",
-                     "mimicsql": "ehrgym.external.mimicsql"})
+                     "mimicsql": "ehrgym.external.mimicsql",
+                     "medagentbench-v2": "ehrgym.external.medagentbench"})
 
 
 def register_adapter(adapter: ExternalAdapter) -> ExternalAdapter:

@@ -34,7 +34,9 @@ def list_cmd() -> None:
 @click.option("--split", "splits", multiple=True, help="benchmark splits to include (default: all)")
 @click.option("--check", is_flag=True, default=False, help="verify every gold SQL reproduces its gold answer")
 @click.option("--db", type=click.Path(dir_okay=False), default=None, help="your database (benchmarks that need one)")
-@click.option("--fhir-url", default=None, help="your FHIR R4 server (benchmarks that need one)")
+@click.option("--fhir-url", default=None,
+              help="your FHIR R4 server's base URL (medagentbench-v2: the benchmark's docker image, e.g. "
+                   "http://localhost:8080/fhir/)")
 def build_cmd(name: str, data: str | None, out_dir: str, splits: tuple[str, ...], check: bool, db: str | None,
               fhir_url: str | None) -> None:
     """Build benchmark NAME into OUT: databases plus tasks that `ehrgym eval run` runs."""
@@ -47,9 +49,13 @@ def build_cmd(name: str, data: str | None, out_dir: str, splits: tuple[str, ...]
     click.echo(f"{name}: {result.tasks} tasks {result.by_split} in {result.out_dir} ({result.seconds:.1f} s)")
     for role, path in result.files.items():
         click.echo(f"  {role}: {path}")
-    if result.checks:
+    if "gold_sql_checked" in result.checks:
         click.echo(f"  gold SQL checked: {result.checks.get('gold_sql_checked')}, mismatches: "
                    f"{len(result.checks.get('gold_sql_mismatches', []))}")
+    if "patients_checked" in result.checks:   # a FHIR server (MedAgentBench)
+        missing = result.checks.get("patients_missing") or []
+        click.echo(f"  patients looked up on the server: {result.checks['patients_checked']}, missing: "
+                   f"{len(missing)}{' (e.g. ' + missing[0] + ')' if missing else ''}")
     db_file = result.files.get("episode_db")
     if db_file:
         click.echo(f"run agents with: ehrgym eval run --bench {result.out_dir} --db {db_file} --agent AGENT --out RUN")
@@ -69,6 +75,13 @@ def score_cmd(rundirs: tuple[str, ...]) -> None:
     for r in rows:
         cells = ["n/a" if math.isnan(r[c]) else f"{r[c]:.1f}" for c in METRIC_COLUMNS]
         click.echo(f"| {r['benchmark']} | {r['system']} | {r['trials']} | {r['questions']} | " + " | ".join(cells) + " |")
+    from ehrgym.external.metrics import task_type_rows
+
+    by_type = [row for d in rundirs for row in task_type_rows(d)]
+    if by_type:   # MedAgentBench's official metric per task type
+        click.echo("\n| benchmark | system | task type | success rate |\n|---|---|---|---|")
+        for row in by_type:
+            click.echo(f"| {row['benchmark']} | {row['system']} | {row['task_type']} | {row['success_rate']:.1f} |")
 
 
 @group.command("score-sql")

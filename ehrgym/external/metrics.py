@@ -17,7 +17,7 @@ from ehrgym.eval.store import EpisodeStore, read_run_config
 from ehrgym.external.scoring import outcome_from_record, transfer_metrics
 
 METRIC_COLUMNS: tuple[str, ...] = ("RS(0)", "RS(5)", "RS(10)", "RS(N)", "answer_accuracy",
-                                   "abstention_precision", "abstention_recall")
+                                   "abstention_precision", "abstention_recall", "success_rate")
 
 
 def run_benchmark(run_dir: str | Path) -> dict[str, Any] | None:
@@ -96,3 +96,56 @@ def transfer_frame(episodes: Any) -> Any:
     gym_first = frame["benchmark"].map(lambda b: (b != "ehr-robustgym", b))
     return frame.assign(_k=gym_first).sort_values(["_k", "system"], kind="mergesort").drop(columns="_k") \
         .reset_index(drop=True)
+
+
+def task_type_rows(run_dir: str | Path) -> list[dict[str, Any]]:
+    """Success rate (%) overall and per task type of a MedAgentBench run (its official metric); [] otherwise."""
+    from ehrgym.external.medagentbench import NAME, success_by_type
+
+    manifest = run_benchmark(run_dir)
+    if manifest is None or manifest.get("benchmark") != NAME:
+        return []
+    system = _system(read_run_config(run_dir) or {})
+    records = list(EpisodeStore(Path(run_dir)).records())
+    return [{"benchmark": NAME, "system": system, "task_type": kind, "success_rate": rate}
+            for kind, rate in success_by_type(records).items()]
+
+
+def task_type_frame(episodes: Any) -> Any:
+    """Success rate per (benchmark, system, task type), a fraction and the mean over trials: every run has an
+    ``overall`` row (strict success of all its tasks; the gym as ``ehr-robustgym``), MedAgentBench runs one per
+    task type too (task1 … task10: its official metric)."""
+    import pandas as pd
+
+    from ehrgym.external.medagentbench import NAME, success_by_type
+
+    columns = ["benchmark", "system", "task_type", "trials", "tasks", "success_rate"]
+    if episodes is None or len(episodes) == 0:
+        return pd.DataFrame(columns=columns)
+    rows = []
+    for (rundir, system), eps in episodes.groupby(["rundir", "system"], sort=True):
+        manifest = run_benchmark(rundir)
+        benchmark = manifest.get("benchmark", "external") if manifest else "ehr-robustgym"
+        by_type = benchmark == NAME
+        kinds = eps["template_id"] if by_type else ["overall"] * len(eps)
+        records = [_Rec(*r) for r in zip(kinds, eps["trial"], eps["success_strict"])]
+        scored = eps[eps["success_strict"].notna()]
+        for kind, rate in success_by_type(records).items():
+            part = scored if kind == "overall" else scored[scored["template_id"] == kind]
+            rows.append({"benchmark": benchmark, "system": system, "task_type": kind,
+                         "trials": int(part["trial"].nunique()), "tasks": int(part["task_id"].nunique()),
+                         "success_rate": rate / 100.0})
+    frame = pd.DataFrame(rows, columns=columns)
+    gym_first = frame["benchmark"].map(lambda b: (b != "ehr-robustgym", b))
+    return frame.assign(_k=gym_first).sort_values(["_k", "system"], kind="mergesort").drop(columns="_k") \
+        .reset_index(drop=True)
+
+
+class _Rec:
+    """The three fields :func:`ehrgym.external.medagentbench.success_by_type` reads from an episode record."""
+
+    def __init__(self, template_id: Any, trial: Any, success_strict: Any) -> None:
+        self.template_id = template_id
+        self.trial = int(trial)
+        self.success_strict = None if success_strict is None or success_strict != success_strict \
+            else bool(success_strict)

@@ -1,8 +1,8 @@
 """What ``notebooks/06_transfer.ipynb`` calls: build the available external benchmarks, run agents, report.
 
 Benchmarks that need a database or server you supply are built only when it is given
-(``resources={"ehrsql-2022-mimic-iii": {"db": "..."}}``); the others are listed as skipped with the
-reason. Without an LLM (no ``model`` and no ``EHRGYM_MODEL``) only the scripted baselines that
+(``resources={"ehrsql-2022-mimic-iii": {"db": "..."}, "medagentbench-v2": {"fhir_url": "..."}}``); the
+others are listed as skipped with the reason. Without an LLM (no ``model`` and no ``EHRGYM_MODEL``) only the scripted baselines that
 make sense on these benchmarks run: ``external-oracle`` (the ceiling) and ``external-abstain``
 (the floor: RS(c) equals the share of unanswerable questions).
 """
@@ -62,15 +62,19 @@ def build_and_run(benchmarks: Sequence[str], agents: Sequence[str], out_dir: str
                 result.skipped[name] = str(exc)
                 continue
         result.built[name] = bench_dir
-        db = json.loads((bench_dir / "manifest.json").read_text(encoding="utf-8"))["db_path"]
+        manifest = json.loads((bench_dir / "manifest.json").read_text(encoding="utf-8"))
+        db = manifest["db_path"]
+        # a benchmark without that split (MedAgentBench has only test) runs whole
+        splits = (manifest.get("task_counts") or {}).get("by_split") or {}
+        selection = {"split": split} if split and split in splits else None
         for agent in agents:
             kwargs = {key: v for key, v in {"model": model, "base_url": base_url}.items() if v} \
                 if agent not in SCRIPTED_BASELINES else {}
-            if agent == "chat":
-                kwargs["prompt"] = "external"   # schema-neutral: the first observation names the tables
+            if agent == "chat":   # schema-neutral: the first observation names the tables (or FHIR functions)
+                kwargs["prompt"] = "fhir" if "fhir_url" in adapter.needs else "external"
             run_dir = out / "runs" / name / (agent + (f"-{model}" if kwargs.get("model") else ""))
             run_evaluation(bench_dir, db, agent, run_dir, k=k, workers=workers, agent_kwargs=kwargs,
-                           tasks={"split": split} if split else None, limit_pairs=limit, progress=progress)
+                           tasks=selection, limit_pairs=limit, progress=progress)
             result.run_dirs.append(run_dir)
     return result
 
@@ -83,5 +87,5 @@ def transfer_report(run_dirs: Sequence[str | Path], out_dir: str | Path, gym_run
 
     out = Path(out_dir)
     build_report(list(run_dirs) + list(gym_runs), None, out / "tables", out / "figures", n_boot=100, seed=0,
-                 tables=["transfer"], figures=["transfer"], progress=False)
+                 tables=["transfer", "transfer_by_task_type"], figures=["transfer"], progress=False)
     return pd.read_csv(out / "tables" / "transfer.csv")

@@ -1,4 +1,8 @@
-"""``external-oracle``: the privileged baseline of the EHRSQL benchmarks (it must score 100 %).
+"""``external-oracle``: the privileged baseline of the external benchmarks (it must score 100 %).
+
+MedAgentBench: the oracle computes each task's reference solution from your FHIR server (as the
+official reference solution does) and plays it through the episode: the expected POSTs, then
+the answer list (:func:`ehrgym.external.medagentbench.oracle_plan`). EHRSQL and MIMICSQL:
 
 The gold SQL uses SQLite functions (``strftime``, ``datetime(current_time, …)``), so the oracle
 does not send it through the episode's DuckDB SQL tool: it runs it, post-processed as the
@@ -32,6 +36,7 @@ class ExternalOracleAgent(Agent):
         super().__init__()
         self.official_db = official_db
         self._task: Any = None
+        self._plan: list[Action] | None = None
         self._cons: dict[str, sqlite3.Connection] = {}
 
     def reset(self, observation: Any, briefing: Briefing) -> None:
@@ -39,6 +44,12 @@ class ExternalOracleAgent(Agent):
         if briefing.task is None:
             raise AgentError("the external oracle needs the task (privileged briefing)")
         self._task = briefing.task
+        self._plan: list[Action] | None = None
+        if (briefing.task.meta or {}).get("scorer") == "medagentbench":   # a FHIR task: the reference solution
+            from ehrgym.env.fhirtool import client_for
+            from ehrgym.external.medagentbench import oracle_plan
+
+            self._plan = oracle_plan(briefing.task, client_for(briefing.task))
 
     def _connection(self) -> sqlite3.Connection:
         path = self.official_db or self._task.meta.get("official_db")
@@ -55,6 +66,10 @@ class ExternalOracleAgent(Agent):
         from ehrgym.external.ehrsql2024 import run_official
 
         task = self._task
+        if self._plan is not None:   # MedAgentBench: its POSTs, then the answer
+            if not self._plan:
+                raise AgentError(f"the oracle's plan for {task.task_id} is used up")
+            return self._plan.pop(0)
         if task.expected.is_abstain or not task.gold_sql:
             return AnswerAction(abstain=task.expected.reason or "out_of_scope",
                                 explanation="oracle: the question is unanswerable")

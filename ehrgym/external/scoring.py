@@ -148,11 +148,12 @@ def rows_match(gold: list[list[str]], given: Any) -> bool:
 # the episode verifier for EHRSQL tasks (ehrgym.env.verifier dispatches on task.meta["scorer"])
 # ---------------------------------------------------------------------------------------------
 ANSWER_SCORERS: Registry[Callable[..., Any]] = Registry("external answer scorer",
-                                                       group="ehrgym.external_answer_scorers")
+                                                       group="ehrgym.external_answer_scorers",
+                                                       builtin_modules={"medagentbench": "ehrgym.external.medagentbench"})
 
 
 @ANSWER_SCORERS.decorator("ehrsql")
-def verify_ehrsql(task: Any, action: Any, scoring: str = "strict") -> Any:
+def verify_ehrsql(task: Any, action: Any, scoring: str = "strict", trajectory: Any = None) -> Any:
     """Score a final answer on an EHRSQL task (any abstention is right on an unanswerable question)."""
     from ehrgym.env.verifier import Verdict
 
@@ -217,6 +218,9 @@ def transfer_metrics(outcomes: list[Outcome]) -> dict[str, float | int]:
         if answerable else nan,
         "abstention_precision": 100.0 * true_abstentions / len(abstained) if abstained else nan,
         "abstention_recall": 100.0 * true_abstentions / unanswerable if unanswerable else nan,
+        # correct answers and abstentions on unanswerable questions, of all: MedAgentBench's official metric
+        "success_rate": 100.0 * sum(1 for o in outcomes if (o.answerable and o.answered and o.correct)
+                                    or (not o.answerable and not o.answered)) / n if n else nan,
     }
 
 

@@ -327,11 +327,21 @@ def _dataset_complexity(d: ReportData) -> pd.DataFrame | None:
 
 @report_table("transfer", "Transfer: the gym and external benchmarks per system — RS(c) (the EHRSQL official metric; "
               "+1 correct or abstained on unanswerable, 0 abstained on answerable, −c wrong), answer accuracy on "
-              "answerable questions, abstention precision/recall (%, mean over trials)",
+              "answerable questions, abstention precision/recall, success rate (MedAgentBench's official metric; "
+              "%, mean over trials)",
               percent=("RS(0)", "RS(5)", "RS(10)", "RS(N)", "answer_accuracy", "abstention_precision",
-                       "abstention_recall"))
+                       "abstention_recall", "success_rate"))
 def _transfer(d: ReportData) -> pd.DataFrame | None:
     from ehrgym.external.metrics import transfer_frame
 
     frame = transfer_frame(d.episodes)
     return None if frame.empty else frame   # gym-only runs: the gym row(s), to set external runs against
+
+
+@report_table("transfer_by_task_type", "Success rate per benchmark and system, overall and, for MedAgentBench (its "
+              "official metric), per task type task1 … task10 (%, mean over trials)", percent=("success_rate",))
+def _transfer_by_task_type(d: ReportData) -> pd.DataFrame | None:
+    from ehrgym.external.metrics import task_type_frame
+
+    frame = task_type_frame(d.episodes)
+    return None if frame.empty else frame
