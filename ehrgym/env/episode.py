@@ -159,6 +159,20 @@ class ToolContext:
         """``text`` cut to the environment's one observation cap, saying so."""
         return self._env._truncate(text)
 
+    def tool_setting(self, name: str) -> Any:
+        """A per-task setting a tool needs (e.g. ``fhir_url``), from the task's metadata.
+
+        Only names registered in :data:`TOOL_SETTINGS` can be read, so a handler cannot reach
+        the task's labels through this door.
+        """
+        if name not in TOOL_SETTINGS:
+            raise KeyError(f"{name!r} is not a registered tool setting ({sorted(TOOL_SETTINGS)})")
+        task = self._env.task
+        return (getattr(task, "meta", None) or {}).get(name) if task is not None else None
+
+
+TOOL_SETTINGS: set[str] = set()   # task metadata keys a tool may read (tools register theirs)
+
 
 ActionHandler = Callable[[ToolContext, Any], tuple[Observation, dict[str, Any]]]
 ACTION_HANDLERS: dict[type, ActionHandler] = {}

@@ -56,9 +56,14 @@ def normalise_base(url: str) -> str:
 
 def task_fhir_base(task: Any) -> str:
     """The FHIR base URL of ``task``'s episode: ``$EHRGYM_FHIR_URL``, else the task's ``meta["fhir_url"]``."""
-    url = os.environ.get(FHIR_URL_ENV) or ((getattr(task, "meta", None) or {}).get("fhir_url"))
+    return fhir_base((getattr(task, "meta", None) or {}).get("fhir_url"), getattr(task, "task_id", "?"))
+
+
+def fhir_base(url: str | None, task_id: str = "?") -> str:
+    """``$EHRGYM_FHIR_URL``, else ``url`` (normalised); a clear error when neither is set."""
+    url = os.environ.get(FHIR_URL_ENV) or url
     if not url:
-        raise FhirError(f"no FHIR server for task {getattr(task, 'task_id', '?')}: build the benchmark with "
+        raise FhirError(f"no FHIR server for task {task_id}: build the benchmark with "
                         f"--fhir-url URL or set {FHIR_URL_ENV}")
     return normalise_base(url)
 
@@ -139,7 +144,10 @@ _CLIENTS: dict[str, FhirClient] = {}
 
 
 def client_for(task: Any) -> FhirClient:
-    base = task_fhir_base(task)
+    return client_at(task_fhir_base(task))
+
+
+def client_at(base: str) -> FhirClient:
     if base not in _CLIENTS:
         _CLIENTS[base] = FhirClient(base)
     return _CLIENTS[base]
@@ -158,13 +166,17 @@ def parse_payload(payload: Any) -> Any:
 
 
 def _register() -> None:
-    from ehrgym.env.episode import Observation, action_handler
+    from ehrgym.env.episode import TOOL_SETTINGS, Observation, ToolContext, action_handler
+
+    TOOL_SETTINGS.add("fhir_url")
+
+    def client(ctx: ToolContext) -> FhirClient:
+        return client_at(fhir_base(ctx.tool_setting("fhir_url")))
 
     @action_handler(FhirGetAction)
-    def _fhir_get(env: Any, action: FhirGetAction) -> tuple[Any, dict[str, Any]]:
+    def _fhir_get(ctx: ToolContext, action: FhirGetAction) -> tuple[Any, dict[str, Any]]:
         try:
-            client = client_for(env.task)
-            resp = client.get(action.url)
+            resp = client(ctx).get(action.url)
         except FhirError as exc:
             msg = f"Error in sending the GET request: {exc}"
             return Observation(text=msg, kind="fhir_get", error=msg), {"tool": "fhir_get", "error": msg}
@@ -177,10 +189,9 @@ def _register() -> None:
         return Observation(text=text, kind="fhir_get"), {"tool": "fhir_get", "status": resp.status}
 
     @action_handler(FhirPostAction)
-    def _fhir_post(env: Any, action: FhirPostAction) -> tuple[Any, dict[str, Any]]:
+    def _fhir_post(ctx: ToolContext, action: FhirPostAction) -> tuple[Any, dict[str, Any]]:
         try:
-            client = client_for(env.task)
-            resource = client.resource(action.url)
+            resource = client(ctx).resource(action.url)
             payload = parse_payload(action.payload)
         except (FhirError, ValueError, TypeError) as exc:
             msg = f"Invalid POST request: {exc}"
