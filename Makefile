@@ -18,7 +18,7 @@ SPLIT ?= test
 MIMIC_DIR ?= ../shared/mimic-iv-demo-2.2
 DATA := data
 
-.PHONY: venv test reproduce llm-smoke bench clean-data lock
+.PHONY: venv test test-slow test-all reproduce llm-smoke bench clean-data lock
 
 LOCK := requirements/lock.txt
 
@@ -30,7 +30,14 @@ $(STAMP): pyproject.toml $(LOCK)
 
 venv: $(STAMP)
 
+# the default suite; the slow end-to-end cases (tests/conftest.py SLOW_TESTS) run with `make test-slow`
 test: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow"
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m slow
+
+test-all: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 reproduce: $(STAMP)

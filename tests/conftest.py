@@ -14,6 +14,36 @@ DEMO_DIR = Path(os.environ.get("EHRGYM_DEMO_DIR", REPO.parent / "shared" / "mimi
 EXTERNAL_DIR = Path(os.environ.get("EHRGYM_EXTERNAL_DIR") or REPO.parent / "shared" / "external")
 
 
+# The slow end-to-end cases, in one place: `make test` deselects them (-m "not slow") so the
+# default stays quick; `make test-slow` runs them and CI (.ci/run) runs both. A module maps to None
+# (all of it, usually because its fixture builds a large benchmark) or to the names of its slow tests.
+SLOW_TESTS: dict[str, tuple[str, ...] | None] = {
+    "test_bench_questions.py": None,     # text probes on a build large enough to train them
+    "test_bench_artifacts.py": None,     # artifact trees per subtype on a large build
+    "test_bench_demo.py": None,
+    "test_env_replay.py": None,          # every task of a build replayed through the environment
+    "test_eval_ray.py": None,            # starts a local Ray instance
+    "test_harbor.py": None,              # exports, materialises and scores Harbor task directories
+    "test_browser.py": None,             # headless Chromium driving JupyterLab
+    "test_notebooks.py": ("test_executed_explorer_keeps_a_static_fallback",
+                          "test_pipeline_regenerates_tables_and_figures", "test_pipeline_is_cheap_to_redo",
+                          "test_nbval_reexecutes_every_notebook_deterministically",
+                          "test_readme_snippet_and_commands_run_after_a_reproduce"),
+    "test_external.py": ("test_gold_sql_reproduces_gold_answers_all_splits",
+                         "test_report_writes_the_transfer_table_for_gym_and_external_runs",
+                         "test_oracle_scores_100_on_valid_through_the_runner",
+                         "test_transfer_notebook_runs_the_scripted_baselines"),
+    "test_plugins.py": ("test_eval_run_runs_a_plugin_agent",),
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        names = SLOW_TESTS.get(item.path.name, ())
+        if names is None or item.originalname in names:  # type: ignore[attr-defined]
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def external_dir() -> Path:
     if not (EXTERNAL_DIR / "ehrsql-2024" / "database").is_dir():
