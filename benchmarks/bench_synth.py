@@ -214,7 +214,7 @@ def main() -> None:
                 _table_profile(tmp_dir / "profile.duckdb", args.big, args.seed)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS {peak:,.0f} MiB   load average at end: {os.getloadavg()[0]:.1f}")
-    for label, s, fl in results:
+    for label, s, _fl in results:
         rate = s.rows / s.wall
         verdict = "met" if rate >= TARGET_ROWS_PER_S else "NOT met"
         print(f"target >= {TARGET_ROWS_PER_S / 1e6:.2f} M rows/s (wall), {label}: "

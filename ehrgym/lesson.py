@@ -304,7 +304,7 @@ def compare_evidence(clean: pd.DataFrame, noise: pd.DataFrame, *, data_changed: 
                 free.remove(best)
         left_clean = [i for i in left_clean if i not in {b for b, _ in edited_of.values()}]
     changed_cols: list[str] = []
-    for j, (i, diff) in edited_of.items():
+    for _i, diff in edited_of.values():
         changed_cols += [col for col in cols if col in diff and col not in changed_cols]
     # one row per clean row in clean order (unchanged / edited / removed), inserted rows after their neighbours
     clean_to_noise = {i: j for j, (i, _) in edited_of.items()}

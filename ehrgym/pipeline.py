@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ehrgym.errors import BenchmarkError, DatabaseError, EhrGymError, LoaderError
+from ehrgym.errors import DatabaseError, EhrGymError, LoaderError
 from ehrgym.registry import Registry
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

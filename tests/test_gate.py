@@ -45,7 +45,7 @@ ATTACKS: list[str] = [
     # writes, DDL, session and file statements
     "DROP VIEW mimiciv_hosp.labevents",
     "CREATE TABLE x AS SELECT 1",
-    f"CREATE OR REPLACE VIEW mimiciv_hosp.labevents AS SELECT * FROM base.mimiciv_hosp.labevents",
+    "CREATE OR REPLACE VIEW mimiciv_hosp.labevents AS SELECT * FROM base.mimiciv_hosp.labevents",
     "CREATE MACRO m() AS 1",
     "INSERT INTO mimiciv_hosp.patients VALUES (9,'F',1,2150,'x',NULL)",
     "UPDATE labevents SET valuenum = 1",
@@ -71,7 +71,7 @@ ATTACKS: list[str] = [
     f"EXPLAIN SELECT * FROM {META}",
     f"SUMMARIZE {META}",
     f"DESCRIBE {META}",
-    f"PIVOT base.mimiciv_hosp.labevents ON itemid USING avg(valuenum)",
+    "PIVOT base.mimiciv_hosp.labevents ON itemid USING avg(valuenum)",
     # table functions and replacement scans
     "SELECT * FROM read_csv('/etc/passwd')",
     "SELECT * FROM read_csv_auto('/etc/passwd')",

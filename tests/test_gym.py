@@ -74,7 +74,7 @@ def test_text_actions_reward_and_termination(tiny_db: Path) -> None:
 def test_step_limit_truncates(tiny_db: Path) -> None:
     env = make(tiny_db, timings_in_info=True)
     env.reset(options={"task_id": "t-clean"})
-    for i in range(4):
+    for _i in range(4):
         obs, reward, terminated, truncated, info = env.step("garbage that is not an action")
         assert "seconds" in info
     assert truncated and not terminated and reward == 0.0 and info["termination"] == "step_limit"

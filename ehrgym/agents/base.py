@@ -116,7 +116,7 @@ class Agent(abc.ABC):
     def act(self, observation: Any) -> Action:
         """The next action given the latest observation."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - an optional hook; most agents hold nothing to release
         """Release resources (HTTP clients, models)."""
 
     def describe(self) -> dict[str, Any]:

@@ -29,7 +29,7 @@ def ood_templates(template_intents: dict[str, str], seed: int, per_intent: int) 
     for tid, intent in template_intents.items():
         by_intent[intent].append(tid)
     held: set[str] = set()
-    for intent, tids in by_intent.items():
+    for tids in by_intent.values():
         if len(tids) < 2 or per_intent <= 0:
             continue
         ranked = sorted(tids, key=lambda tid: hashlib.sha256(f"{seed}:{tid}".encode()).hexdigest())

@@ -57,7 +57,7 @@ class Question:
 def read_split(data_dir: Path, split: str) -> list[Question]:
     folder = data_dir / split
     files = {name: folder / f"{name}.json" for name in ("data", "label", "answer")}
-    for name, path in files.items():
+    for _name, path in files.items():
         if not path.exists():
             raise ExternalDataError(f"{path} is missing: the EHRSQL 2024 {split} split needs data.json, "
                                     f"label.json and answer.json (GitHub glee4810/ehrsql-2024, data/mimic_iv/)")

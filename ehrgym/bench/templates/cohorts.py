@@ -265,7 +265,7 @@ register(
             f"{VASOPRESSOR_WORDS} infusing? Count overlapping infusions once.",
             f"How many hours of ICU stay {{stay_id}} (patient {{subject_id}}) were spent on at least one infusion of "
             f"{VASOPRESSOR_WORDS}? Periods with several drugs running at once count once.",
-            f"Patient {{subject_id}}, ICU stay {{stay_id}}: total vasopressor time in hours, where a vasopressor is "
+            "Patient {subject_id}, ICU stay {stay_id}: total vasopressor time in hours, where a vasopressor is "
             "norepinephrine, epinephrine, vasopressin, phenylephrine or dopamine and overlapping infusions count once.",
         ),
         sampler_sql=f"""SELECT subject_id, stay_id FROM mimiciv_icu.inputevents

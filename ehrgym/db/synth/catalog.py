@@ -123,7 +123,7 @@ def _choices(name: str, owners: np.ndarray, label_col: str, extra_col: str | Non
     labels: list[str | None] = []
     extra: list[str | None] = []
     weights: list[float] = []
-    for i, r in enumerate(rs):
+    for _i, r in enumerate(rs):
         o = pos.get(int(r["itemid"]))
         if o is None:
             continue
