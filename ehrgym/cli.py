@@ -18,6 +18,7 @@ STAGES: dict[str, str] = {
     "eval": "ehrgym.eval.cli",
     "report": "ehrgym.report.cli",
     "external": "ehrgym.external.cli",
+    "train": "ehrgym.train.cli",
 }
 
 

@@ -89,6 +89,10 @@ def run_sft(settings: SftSettings) -> TrainResult:
     args = SFTConfig(output_dir=str(out), assistant_only_loss=settings.assistant_only_loss, **trl_args)
     trainer = SFTTrainer(model=model, args=args, train_dataset=chat_dataset(examples), processing_class=tokenizer,
                          peft_config=peft_config(settings.lora))
+    if len(trainer.train_dataset) == 0:
+        raise TrainingDataError(f"no example of {settings.data} keeps an assistant turn within "
+                                f"max_length={args.max_length} tokens; raise trl.max_length or export shorter "
+                                f"examples (ehrgym train sft-data --max-chars)")
     start = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - start
