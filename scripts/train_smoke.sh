@@ -18,4 +18,22 @@ $EHRGYM train sft-data --runs "$D/run-skeptic-train" --out "$D/sft-tools.jsonl" 
 [ -d "$D/tiny-model" ] || $EHRGYM train tiny-model --out "$D/tiny-model"
 $EHRGYM train sft --config configs/train/sft-cpu-smoke.yaml --model "${MODEL:-$D/tiny-model}"
 TRL_EXPERIMENTAL_SILENCE=1 $EHRGYM train grpo --config configs/train/grpo-cpu-smoke.yaml
+# the training notebook at the smallest scale (NOTEBOOK=0 skips it): export → 1 SFT step → before/after on 1 dev pair
+if [ "${NOTEBOOK:-1}" = 1 ]; then
+  A=$(pwd)
+  M=$(realpath "${MODEL:-$D/tiny-model}")
+  $PY -m papermill notebooks/05_train.ipynb "$D/05_train.ipynb" --cwd notebooks -k python3 --log-level WARNING -y "
+runs: ['$A/$D/run-skeptic-train']
+bench: '$A/$D/bench'
+db: '$A/$D/synth.duckdb'
+out_dir: '$A/$D/nb'
+model: '$M'
+steps: 1
+max_chars: 20000
+max_length: 4096
+dev_pairs: 1
+env_steps: 2
+max_tokens: 16
+progress: false"
+fi
 echo "train-smoke done in $(( $(date +%s) - t0 )) s"
