@@ -370,3 +370,51 @@ def test_one_grpo_step_rewards_are_the_verifiers_verdicts(bench: Path, synth_db:
     log = next(e for e in trainer.state.log_history if "reward" in e)
     assert log["rewards/strict_success/mean"] == 0.5 == log["rewards/EpisodeEnvironment/mean"]
     assert log["tools/call_frequency"] > 0
+
+
+def test_one_grpo_step_text_protocol_rollout(bench: Path, synth_db: Path, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rollout_func path: the model writes the plain-text protocol; rewards are still the verdicts."""
+    from ehrgym.train.grpo import build_grpo_trainer, episode_rows
+    from ehrgym.train.models import build_tiny_model
+
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    settings = GrpoSettings(model="(in memory)", bench=str(bench), db=str(synth_db), output_dir=str(tmp_path / "g"),
+                            protocol="text", reward="shaped", limit_tasks=1,
+                            env={"max_steps": 3, "python": False, "schema_summary": False},
+                            trl={"max_steps": 1, "num_generations": 2, "per_device_train_batch_size": 2,
+                                 "max_completion_length": 96})
+    probe = SharedEpisodes.from_benchmark(bench, synth_db, EnvConfig(python=False))
+    row = episode_rows(probe, "text", limit=1)[0]
+    task = probe.tasks[row["task_id"]]
+    probe.close()
+    assert row["prompt"][1]["content"].startswith(f"Episode {task.public_id}")
+    if task.expected.is_abstain:
+        replies = [f"ABSTAIN: {task.expected.reason}: not supported", "ANSWER: 0"]
+    else:
+        replies = [f"ANSWER: {format_answer(task.expected.value, task.expected.answer)}",
+                   "ABSTAIN: out_of_scope: x"]
+    model, tok = build_tiny_model(seed=2)
+    scripts = [tok(r, add_special_tokens=False).input_ids + [tok.eos_token_id] for r in replies]
+    original_generate = type(model).generate
+    calls = {"n": 0}
+
+    def scripted_generate(self: Any, input_ids: Any = None, **kwargs: Any) -> Any:
+        script = scripts[calls["n"] % 2]
+        calls["n"] += 1
+        procs = transformers.LogitsProcessorList(kwargs.pop("logits_processor", None) or [])
+        procs.append(_Force([script], input_ids.shape[1], tok.eos_token_id, -1))
+        return original_generate(self, input_ids=input_ids, logits_processor=procs, **kwargs)
+
+    monkeypatch.setattr(type(model), "generate", scripted_generate)
+    trainer, shared = build_grpo_trainer(settings, model, tok)
+    try:
+        trainer.train()
+        verdicts = [env.verdict for env in shared.instances if env.verdict is not None]
+    finally:
+        shared.close()
+    assert calls["n"] == 2 and [v.success_strict for v in verdicts] == [True, False]
+    log = next(e for e in trainer.state.log_history if "reward" in e)
+    assert log["rewards/strict_success/mean"] == 0.5
+    # shaped: 1 for the success, 0.1 for the well-formed wrong final call
+    assert log["rewards/episode_reward/mean"] == pytest.approx((1.0 + 0.1) / 2)
