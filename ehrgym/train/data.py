@@ -160,8 +160,7 @@ def action_text(action: dict[str, Any]) -> str:
     if tool == "answer":
         if action.get("abstain"):
             explanation = " ".join(str(action.get("explanation") or "").split())
-            return f"ABSTAIN: {action['abstain']}: {explanation}".rstrip(": ").rstrip() if not explanation \
-                else f"ABSTAIN: {action['abstain']}: {explanation}"
+            return f"ABSTAIN: {action['abstain']}: {explanation}" if explanation else f"ABSTAIN: {action['abstain']}"
         value = action.get("value")
         shown = json.dumps(value, ensure_ascii=False) if isinstance(value, (list, dict)) else str(value)
         return f"ANSWER: {shown}"
