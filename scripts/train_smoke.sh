@@ -29,8 +29,8 @@ db: '$A/$D/synth.duckdb'
 out_dir: '$A/$D/nb'
 model: '$M'
 steps: 1
-max_chars: 20000
-max_length: 4096
+max_chars: 6000
+max_length: 1536
 dev_pairs: 1
 env_steps: 2
 max_tokens: 16

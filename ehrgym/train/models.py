@@ -70,8 +70,17 @@ def ensure_tool_template(tokenizer: Any, model: Any = None, force: bool = False)
         tokenizer.add_special_tokens({"additional_special_tokens": missing})
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token or EOS_TOKEN
-    if model is not None and len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
-        model.resize_token_embeddings(len(tokenizer))
+    # the template ends every turn with <|im_end|>: generation must stop there too
+    tokenizer.eos_token = EOS_TOKEN
+    if model is not None:
+        if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
+            model.resize_token_embeddings(len(tokenizer))
+        end = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
+        config = model.generation_config
+        ids = config.eos_token_id
+        ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
+        if end not in ids:
+            config.eos_token_id = ids + [end]
     return True
 
 
