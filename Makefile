@@ -18,7 +18,7 @@ SPLIT ?= test
 MIMIC_DIR ?= ../shared/mimic-iv-demo-2.2
 DATA := data
 
-.PHONY: venv test test-slow test-all reproduce llm-smoke bench clean-data lock
+.PHONY: venv test test-slow test-all reproduce llm-smoke train-smoke bench clean-data lock
 
 LOCK := requirements/lock.txt
 
@@ -46,6 +46,10 @@ reproduce: $(STAMP)
 
 llm-smoke: $(STAMP)
 	$(BIN)/python scripts/llm_smoke.py
+
+# skeptic run → SFT data → a few SFT steps (MODEL=<model dir>, else a tiny random model) → two GRPO steps
+train-smoke: $(STAMP)
+	MODEL="$(MODEL)" PY=$(BIN)/python bash scripts/train_smoke.sh
 
 bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

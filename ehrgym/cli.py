@@ -1,4 +1,4 @@
-"""``ehrgym`` command line: one group per pipeline stage (db, bench, env, eval, report, external, serve, export)."""
+"""``ehrgym`` command line: one group per pipeline stage (db, bench, env, eval, report, external, serve, export, train)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ STAGES: dict[str, str] = {
     "external": "ehrgym.external.cli",
     "serve": "ehrgym.serve.cli",
     "export": "ehrgym.harbor.cli",
+    "train": "ehrgym.train.cli",
 }
 
 

@@ -579,6 +579,80 @@ failures
 print("notebooks written to", OUT)
 
 # ---------------------------------------------------------------------------------------------
+write("05_train", [
+    md("""
+# 05 · Training in the gym
+
+Does training inside the gym make an agent more robust on Noise questions? This notebook exports
+agent trajectories of the **train split** as SFT data (`ehrgym train sft-data`: compact
+plain-text protocol, successful episodes only), fine-tunes a small model on them
+(`ehrgym train sft`, TRL's `SFTTrainer`), evaluates the model before and after on `dev_pairs`
+Clean–Noise pairs of the **dev split** through the runner (the `hf` agent) and plots Clean, Noise
+and pair success with 95 % CIs. RL with the verifier as reward is `ehrgym train grpo` (see
+`configs/train/`).
+
+`model`: a local model directory (e.g. Gemma 3 270M converted by `ehrgym train convert-gguf`);
+`gguf`: a GGUF file converted here; neither: a tiny random model, which only shows that the
+pipeline runs (its success is 0 before and after). `runs`: train-split run directories; none: a
+skeptic run on `train_pairs` train pairs is made. `make reproduce` does not run this notebook;
+`make train-smoke` and `benchmarks/bench_train.py --full` are the command-line routes.
+"""),
+    params("""
+runs = []                 # train-split run directories (empty: a skeptic run is made here)
+bench = "../data/bench"
+db = "../data/synth.duckdb"
+model = None              # a local model directory
+gguf = None               # or a GGUF file to convert
+out_dir = "../data/train"
+train_pairs = 20          # pairs of the skeptic run when runs is empty (None: all)
+steps = 20                # SFT steps
+max_chars = 6000          # compact examples: characters per example
+max_length = 1536         # SFT tokens per example
+dev_pairs = 40            # Clean–Noise dev pairs evaluated before and after
+env_steps = 8             # episode step limit of the evaluation
+max_tokens = 256          # tokens per model reply
+seed = 0
+progress = True
+"""),
+    code("""
+import pandas as pd
+from IPython.display import Image, display
+
+from ehrgym.train import notebook as nb
+from ehrgym.train.config import SftSettings
+from ehrgym.train.sft import run_sft
+
+pd.set_option("display.max_columns", 40, "display.width", 250)
+base = nb.base_model(model, out_dir, gguf, seed)
+train = nb.train_runs(runs, bench, db, out_dir, train_pairs, seed, progress)
+data, stats = nb.export(train, out_dir, "text", max_chars)
+print(stats.render())
+"""),
+    md("""
+## Supervised fine-tuning
+"""),
+    code("""
+# NBVAL_IGNORE_OUTPUT
+result = run_sft(SftSettings(model=base, data=str(data), output_dir=f"{out_dir}/sft-model", seed=seed,
+                             trl={"max_steps": steps, "max_length": max_length, "per_device_train_batch_size": 1}))
+pd.DataFrame([e for e in result.logs if "loss" in e])[["step", "loss"]]
+"""),
+    md("""
+## Before and after, on dev pairs
+"""),
+    code("""
+before = nb.evaluate(bench, db, base, f"{out_dir}/run-before", dev_pairs, 1, env_steps, max_tokens, seed, progress)
+after = nb.evaluate(bench, db, str(result.output_dir), f"{out_dir}/run-after", dev_pairs, 1, env_steps, max_tokens,
+                    seed, progress)
+table = nb.before_after(before, after, seed)
+table
+"""),
+    code("""
+display(Image(filename=str(nb.plot(table, f"{out_dir}/before_after.png"))))
+"""),
+])
+
+
 write("06_transfer", [
     md("""
 # 06 · Transfer to external EHR benchmarks
