@@ -21,11 +21,13 @@ DATA := data
 .PHONY: venv test test-slow test-all reproduce llm-smoke train-smoke bench clean-data lock
 
 LOCK := requirements/lock.txt
+# optional extras to install too (CI: dev,hf,train,serve,ray,browser); their tests skip when absent
+EXTRAS ?= dev
 
 $(STAMP): pyproject.toml $(LOCK)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c $(LOCK) -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -c $(LOCK) -e ".[$(EXTRAS)]"
 	@touch $(STAMP)
 
 venv: $(STAMP)
