@@ -309,6 +309,9 @@ class EncodingCorruption(Injector):
         form = "{v}" if "{v}" in forms else forms[int(ctx.rng.integers(0, len(forms)))]
         changes = [_value_changes(ctx, None, form.format(v=format_like(row[ev.value_col], row.get(ev.text_col))))
                    for row in rows]
+        if "flag" in table_spec(ev.table).column_names:
+            for ch in changes:  # a result without valuenum carries no abnormal flag (MIMIC-IV, and the base's own)
+                ch["flag"] = None
         desc = (f"{ev.value_col} {rows[0][ev.value_col]!r} stored only as text {changes[0][ev.text_col]!r}"
                 + (f" (and {len(rows) - 1} more rows)" if len(rows) > 1 else ""))
         kind, reason = self.expected(ctx.template)
