@@ -98,7 +98,7 @@ def test_overlay_rows_are_not_detectable_from_storage(subtype, rowsets, synth_db
     assert acc <= BAR, f"{subtype}: a depth-3 tree tells overlay rows from base rows at {acc:.3f}"
 
 
-DRAFTS_PER_PAIR = 12
+DRAFTS_PER_PAIR = 20
 """Pairs drafted per (template, subtype) for the larger sample of the NULL subtypes: a test-sized build holds
 only a few dozen of their touched rows, too thin to judge at 0.55 (its held-out accuracy swings by ±0.1)."""
 
@@ -120,7 +120,7 @@ def drafted(synth_db):
     tasks = []
     try:
         for t in temps:
-            b._draw(t, 60)
+            b._draw(t, 80)
             for s in NULL_SUBTYPES:
                 if not judged(t, s):
                     continue
