@@ -4,10 +4,12 @@ For every noisy task whose overlay inserts rows, the shadowed table is scanned (
 same item/drug as the inserted ones, in scan order) and each row described by storage features
 only — id rank, scan-position rank, their difference, NULL pattern, number of decimals, text
 form, time precision — beside untouched rows of the same patients, table and item (for noise whose content is a missing number,
-untouched rows without a number: the hospital's own NULLs). A depth-3 decision tree (balanced class weights) learns to tell the rows the
+untouched rows without a number: the hospital's own NULLs; for a number stored only as text, the hospital's own
+numbers stored as text). A depth-3 decision tree (balanced class weights) learns to tell the rows the
 overlay touched from the base rows of the same table and item; it is scored on held-out tasks
 (5 folds; tasks about the same patient, or the same cohort, stay in one fold — the same entity
-under several templates would otherwise let the tree recognise the rows themselves). Chance is
+under several templates would otherwise let the tree recognise the rows themselves; rows compared by content
+go by their own patient, see ``_fold_key``, and at most MAX_TOUCHED_CONTENT of them per task are judged). Chance is
 0.5 balanced accuracy; the benchmark's bar is 0.55.
 """
 
@@ -24,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from ehrgym.bench.noise.value import RESULT_ROWS
 from ehrgym.bench.noise.values import decimals_of, value_text
 from ehrgym.bench.task import Task
 from ehrgym.bench.templates import all_templates
@@ -34,6 +37,9 @@ FEATURES = ("id_rank", "position_rank", "id_minus_position", "null_cells", "valu
             "text_form", "time_seconds", "time_minutes")
 GROUP_COLUMNS = ("itemid", "drug", "medication", "test_itemid", "spec_itemid", "icd_code", "drg_type")
 MAX_ROWS_PER_GROUP = 20000
+MAX_TOUCHED_CONTENT = 3
+"""Touched rows judged per task when they are compared with the base's own rows of the same content (NULL
+numbers, numbers stored as text): at most this many of a batch, drawn at random."""
 FOLDS = 5
 BAR = 0.55
 
@@ -43,6 +49,7 @@ class RowSet:
     features: np.ndarray  # (n, len(FEATURES))
     labels: np.ndarray  # 1: touched by the overlay
     task: np.ndarray  # fold group of each row: tasks about the same patient (or cohort) share one
+    table: np.ndarray | None = None  # table of each row (for a judgement within each table)
 
 
 def _text_form(text: Any, value: Any) -> int:
@@ -67,14 +74,17 @@ def _templates() -> dict[str, Any]:
     return {t.id: t for t in all_templates()}
 
 
-def task_rows(session: OverlaySession, task: Task, rng: np.random.Generator) -> tuple[list[list[float]], list[int]]:
-    """Features and labels of the touched rows of one noisy task and of base rows beside them."""
+def task_rows(session: OverlaySession, task: Task, rng: np.random.Generator
+              ) -> tuple[list[list[float]], list[int], list[Any]]:
+    """Features and labels of the touched rows of one noisy task and of base rows beside them, and the patient of
+    each row (None: the table has no patient column)."""
     template = _templates().get(task.template_id)
     if template is None or task.noise is None or task.noise.overlay.is_empty:
-        return [], []
+        return [], [], []
     ev = template.evidence
     feats: list[list[float]] = []
     labels: list[int] = []
+    owners: list[Any] = []
     session.apply(task.noise.overlay)
     for table, edit in task.noise.overlay.merged().items():
         if not edit.insert_rows:
@@ -92,10 +102,19 @@ def task_rows(session: OverlaySession, task: Task, rng: np.random.Generator) -> 
         # noise whose content is a missing number (missing_value, encoding_corruption) is compared with the base's
         # own results without a number: a NULL is what the noise is, not how the overlay stores it; the question
         # is whether the overlay's NULL rows look like the hospital's (text, comments, NULL pattern)
+        # ... and noise whose content is a number stored only as text with the base's own numbers stored as text
         null_only = bool(vcol) and all(r.get(vcol) is None for r in edit.insert_rows)
+        kind = _content_kind(vcol, ev.text_col if ev.table == table else None, edit.insert_rows) if null_only else None
+        if kind and table in RESULT_ROWS:
+            kind = f"({kind} AND {RESULT_ROWS[table]})"  # results of the same kind (susceptibilities, not isolates)
+        compare = kind or "TRUE"
+        if kind and "hadm_id" in names and all(r.get("hadm_id") is not None for r in edit.insert_rows):
+            # evidence of an admission is compared with inpatient rows: clinic results (no hadm_id) are not what
+            # an agent sees beside it, and their NULL hadm_id would tell the selection apart, not the storage
+            compare = f"({kind} AND hadm_id IS NOT NULL)"
         # scan order and ids of the whole group (two narrow columns), full rows of its patients only
         subject = "subject_id" if "subject_id" in names else "NULL"
-        slim = session.con.execute(f"SELECT {subject}, {id_col or 'NULL'}, {f'{vcol} IS NULL' if null_only else 'TRUE'} "
+        slim = session.con.execute(f"SELECT {subject}, {id_col or 'NULL'}, {compare} "
                                    f"FROM {spec.qualified}{where} LIMIT {MAX_ROWS_PER_GROUP}", vals).fetchall()
         if not slim:
             continue
@@ -113,6 +132,10 @@ def task_rows(session: OverlaySession, task: Task, rng: np.random.Generator) -> 
                    if tuple((c, to_json_value(v)) for c, v in zip(cols, row) if c not in skip) in wanted}
         if not touched:
             continue
+        if kind and len(touched) > MAX_TOUCHED_CONTENT:
+            # the base's own rows of that content are few: a task corrupting many rows (an aggregate's batch of
+            # near-copies) would outweigh them, and the tree would learn the table the batch sits in
+            touched = set(rng.choice(sorted(touched), size=MAX_TOUCHED_CONTENT, replace=False).tolist())
         n = len(slim)
         id_rank = None
         if id_col:
@@ -139,7 +162,7 @@ def task_rows(session: OverlaySession, task: Task, rng: np.random.Generator) -> 
             if chosen:
                 more = session.con.execute(
                     f"SELECT * FROM {spec.qualified}{where}{(' AND ' if where else ' WHERE ')}subject_id IN "
-                    f"({', '.join('?' for _ in chosen)}){f' AND {vcol} IS NULL' if null_only else ''}",
+                    f"({', '.join('?' for _ in chosen)}){f' AND {compare}' if kind else ''}",
                     vals + sorted(chosen, key=str)).fetchall()
                 at = sorted(i for key in chosen for i in per[key])
                 rows.update(zip(at, more))
@@ -159,7 +182,27 @@ def task_rows(session: OverlaySession, task: Task, rng: np.random.Generator) -> 
                           float(_text_form(r.get(tcol), value)) if tcol else -1.0,
                           float(stamp.second != 0) if stamp else -1.0, float(stamp.minute != 0) if stamp else -1.0])
             labels.append(1 if i in touched else 0)
-    return feats, labels
+            owners.append(slim[i][0] if kind and subject != "NULL" else None)
+    return feats, labels, owners
+
+
+def _has_digit(text: Any) -> bool:
+    return text is not None and re.search(r"[0-9]", str(text)) is not None
+
+
+def _content_kind(vcol: str | None, tcol: str | None, inserted: tuple[dict[str, Any], ...]) -> str | None:
+    """SQL predicate of the base rows whose content is the same as the inserted rows' (all without a number in
+    ``vcol``): a number kept only in the text column ('4.2', valuenum NULL), or no number at all."""
+    if not vcol:
+        return None
+    if not tcol:
+        return f"{vcol} IS NULL"
+    digits = {_has_digit(r.get(tcol)) for r in inserted}
+    if digits == {True}:
+        return f"({vcol} IS NULL AND regexp_matches({tcol}, '[0-9]'))"
+    if digits == {False}:
+        return f"({vcol} IS NULL AND NOT coalesce(regexp_matches({tcol}, '[0-9]'), FALSE))"
+    return f"{vcol} IS NULL"
 
 
 class DepthLimitedTree:
@@ -218,25 +261,38 @@ def balanced_accuracy(y: np.ndarray, pred: np.ndarray) -> float:
     return (tpr + tnr) / 2
 
 
-def held_out_accuracy(rows: RowSet, depth: int = 3) -> float:
-    """Balanced accuracy of the tree on held-out tasks (5 folds by task, predictions pooled)."""
+def held_out_accuracy(rows: RowSet, depth: int = 3, by_table: bool = False) -> float:
+    """Balanced accuracy of the tree on held-out tasks (5 folds by task, predictions pooled).
+
+    ``by_table``: one tree per table and fold (predictions still pooled) — rows are told from base rows of the
+    same table; where the touched/base mix differs between tables, a tree over all of them would otherwise learn
+    which table a row is from (a row in chartevents has no id, one in labevents has), not how it is stored."""
     fold = rows.task % FOLDS
     pred = np.zeros_like(rows.labels)
+    strata = rows.table if by_table and rows.table is not None else np.zeros(len(rows.labels), dtype=object)
     for k in range(FOLDS):
-        test = fold == k
-        if not test.any() or test.all():
-            continue
-        tree = DepthLimitedTree(depth).fit(rows.features[~test], rows.labels[~test])
-        pred[test] = tree.predict(rows.features[test])
+        for stratum in sorted(set(strata.tolist()), key=str):
+            test = (fold == k) & (strata == stratum)
+            train = (fold != k) & (strata == stratum)
+            if not test.any() or not train.any():
+                continue
+            tree = DepthLimitedTree(depth).fit(rows.features[train], rows.labels[train])
+            pred[test] = tree.predict(rows.features[test])
     return balanced_accuracy(rows.labels, pred)
 
 
-def _fold_key(task: Task) -> int:
+def _fold_key(task: Task, subject: Any = None) -> int:
+    """Fold group of a row: the task's patient or cohort; for rows compared by content (``subject`` given) the
+    row's own patient — the base's few rows of that content are drawn beside many tasks, and one drawn beside two
+    tasks must not sit in both the training and the held-out folds, where a tree could learn its scan position."""
     import hashlib
     import json
 
     entity = task.meta.get("entity", {})
-    key = f"subject:{entity['subject_id']}" if "subject_id" in entity else json.dumps(entity, sort_keys=True)
+    if subject is not None:
+        key = f"subject:{subject}"
+    else:
+        key = f"subject:{entity['subject_id']}" if "subject_id" in entity else json.dumps(entity, sort_keys=True)
     return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16)
 
 
@@ -260,14 +316,16 @@ def collect(db: str | Path, tasks: list[Task], seed: int = 0, per_subtype: int =
     out: dict[str, RowSet] = {}
     try:
         for sub, group in sorted(by_sub.items()):
-            feats, labels, owner = [], [], []
+            feats, labels, owner, where = [], [], [], []
             for task in group[:per_subtype]:
-                f, lab = task_rows(session, task, rng)
+                f, lab, who = task_rows(session, task, rng)
                 feats += f
                 labels += lab
-                owner += [_fold_key(task)] * len(lab)
+                owner += [_fold_key(task, w) for w in who]
+                where += [_templates()[task.template_id].evidence.table] * len(lab)
             if labels:
-                out[sub] = RowSet(np.array(feats, dtype=float), np.array(labels), np.array(owner))
+                out[sub] = RowSet(np.array(feats, dtype=float), np.array(labels), np.array(owner),
+                                  np.array(where, dtype=object))
     finally:
         con.close()
     return out

@@ -204,6 +204,15 @@ SHOCK_EVERY = 15 * MINUTE
 """…and every 15 minutes in shock, while vasopressors are titrated."""
 
 
+CHART_NO_NUMBER_SHARE = 0.001
+"""Share of numeric charted rows stored without a number (value and valuenum NULL), and again of rows whose
+number sits only in ``value`` (valuenum NULL). The demo ships no chartevents, so the rate cannot be measured
+there; it is set conservatively at half the demo's rate of lab results without a number over the reference
+items (0.2 %, see ``labs.MISSING_FLOOR``): charted vitals are validated by nurses, and the rate is kept low
+because any such row makes its stay ineligible for a vitals question (the benchmark samples naturally clean
+evidence), so a higher rate would thin the vitals templates."""
+
+
 def chartevents(rng: np.random.Generator, st: Stays, lo: int = 0, hi: int | None = None) -> TableData:
     """The charted rows of stays ``lo`` to ``hi`` (all by default), in (stay, charttime, itemid) order."""
     hi = st.adm.size if hi is None else hi
@@ -320,6 +329,17 @@ def chartevents(rng: np.random.Generator, st: Stays, lo: int = 0, hi: int | None
     number, num_labels = number_text(val, decimals)
     value = np.where(text >= 0, text, np.where(number < 0, number, number + len(text_labels)))
     missing = np.isnan(val)
+    # numeric items: a few charted rows without a number (value and valuenum NULL) and a few whose number sits
+    # only in the text column (valuenum NULL), each at CHART_NO_NUMBER_SHARE (see there)
+    numeric = np.flatnonzero(~missing & (text < 0))
+    draw = rng.random(numeric.size)
+    blank = numeric[draw < CHART_NO_NUMBER_SHARE]
+    text_only = numeric[(draw >= CHART_NO_NUMBER_SHARE) & (draw < 2 * CHART_NO_NUMBER_SHARE)]
+    value = value.copy()
+    value[blank] = -1
+    missing = missing.copy()
+    missing[blank] = True
+    missing[text_only] = True
     return TableData("chartevents", {
         "subject_id": ints(st.subject_id[ss]),
         "hadm_id": ints(st.hadm_id[ss]),

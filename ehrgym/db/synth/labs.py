@@ -264,6 +264,13 @@ def _reference_missing(n_ref: int, catalog_row: np.ndarray):
     return p, draw
 
 
+TEXT_ONLY_SHARE = 0.002
+"""Share of reference-item results whose number sits only in the text column (``value`` '4.2', ``valuenum``
+NULL, no flag; unit, reference range and comments as for any number): MIMIC-IV's everyday text results that carry
+a number without a parsed ``valuenum`` ('>300', '0-2', '35/.': 442 of the demo's 107,727 results, 0.41 %; like
+every MIMIC-IV result without ``valuenum`` they carry no abnormal flag) are
+kept at the conservative rate of its results without a number over the reference items (MISSING_FLOOR), so
+that a number stored as text is not the only odd thing in a reference item's rows."""
 RECENTRE = 0.5
 """Share of the average condition shift taken off every draw (see ``generate``)."""
 LAB_CHUNK_PATIENTS = 2000
@@ -447,6 +454,10 @@ def _chunk(rng: np.random.Generator, c: Cohort, refs: list[ItemRef], col: dict[i
         r.val[gone] = np.nan
         r.text[gone] = missing_text(rng, r.item[gone])
     numeric = ~np.isnan(r.val)
+    # reference items: a few results keep their number only in the text column (see TEXT_ONLY_SHARE)
+    cand = np.flatnonzero(is_ref & numeric)
+    text_only = np.zeros(n, dtype=bool)
+    text_only[cand[rng.random(cand.size) < TEXT_ONLY_SHARE]] = True
     # text results of the reference items keep the item's unit and reference range, as in MIMIC-IV
     ref_text = is_ref & ~numeric
     has_range = numeric | ref_text
@@ -454,7 +465,7 @@ def _chunk(rng: np.random.Generator, c: Cohort, refs: list[ItemRef], col: dict[i
     has_range[maybe_gap] = rng.random(maybe_gap.size) >= p_no_range[r.item[maybe_gap]]
     ref_lo = np.where(has_range, range_lo[r.item], 0.0)
     ref_hi = np.where(has_range, range_hi[r.item], 0.0)
-    abnormal = has_range & ((r.val < ref_lo) | (r.val > ref_hi))
+    abnormal = has_range & ((r.val < ref_lo) | (r.val > ref_hi)) & ~text_only  # no valuenum, no flag (as in MIMIC)
     # comments: the text results' own comments; the demo's usual comments on some numeric results
     comment = np.full(n, -1, dtype=np.int64)
     may = np.flatnonzero(numeric & (p_comment[r.item] > 0))
@@ -488,7 +499,7 @@ def _chunk(rng: np.random.Generator, c: Cohort, refs: list[ItemRef], col: dict[i
         "charttime": ts(r.t),
         "storetime": ts(store),
         "value": cat(value, value_labels),
-        "valuenum": floats(np.nan_to_num(r.val), null=~numeric),
+        "valuenum": floats(np.nan_to_num(r.val), null=~numeric | text_only),
         "valueuom": cat(np.where(numeric | ref_text, r.item, -1), units),
         "ref_range_lower": floats(ref_lo, null=~has_range),
         "ref_range_upper": floats(ref_hi, null=~has_range),
