@@ -32,6 +32,7 @@ from ehrgym.env.actions import Action, AnswerAction, PythonAction, SqlAction, ac
 from ehrgym.env.gate import SqlGate
 from ehrgym.env.pool import ConnectionPool, ConnectionSettings
 from ehrgym.env.protocol import ActionParseError, parse_action, protocol_text
+from ehrgym.env.resultcache import ResultCache
 from ehrgym.env.sqltool import SqlLimits, format_outcome, query_frame, run_query
 from ehrgym.env.tools import tool_descriptions
 from ehrgym.env.trajectory import Trajectory, TrajectoryStep
@@ -55,6 +56,7 @@ class EnvConfig:
     schema_summary: bool = True              # show the compact schema in the first observation
     gate_check: str = "tokens"               # the SQL gate's DuckDB layer: tokens (lexer) | ast (full parse)
     max_observation_chars: int = 20_000
+    result_cache: int = 256                  # SQL results reused over identical data (ehrgym.env.resultcache); 0: off
 
     @property
     def tools(self) -> tuple[str, ...]:
@@ -153,6 +155,7 @@ class EhrEnv:
         self.benchmark: Any = None
         self._started = 0.0
         self._closed = False
+        self.results = ResultCache(size=config.result_cache)
 
     # -- construction from a benchmark ----------------------------------------------------------
     @classmethod
@@ -217,6 +220,7 @@ class EhrEnv:
             self.pool.release(self.conn)
             self.conn = self.pool.acquire()
             raise
+        self.results.set_overlay(task.overlay)
         self.task = task
         self.steps = 0
         self.done = False
@@ -444,7 +448,7 @@ class EhrEnv:
 
 @action_handler(SqlAction)
 def _sql_step(env: EhrEnv, action: SqlAction) -> tuple[Observation, dict[str, Any]]:
-    out = run_query(env.gate, env.conn, env.pool.watchdog, action.query, env.config.sql)
+    out = run_query(env.gate, env.conn, env.pool.watchdog, action.query, env.config.sql, cache=env.results)
     text = env._truncate(format_outcome(out, env.config.sql))
     obs = Observation(text=text, kind="sql", columns=out.columns, rows=out.rows, row_count=out.row_count,
                       truncated=out.truncated, error=out.error)
