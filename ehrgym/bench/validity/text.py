@@ -257,10 +257,10 @@ def text_validity(tasks: Iterable[Task], workers: int = 1) -> dict[str, Any]:
     slim = [_slim(t) for t in sorted(tasks, key=lambda t: t.task_id)]
     groups = _probe_groups(slim, workers)
     if len(groups) > 1:
-        from ehrgym.bench.builder import _run_workers
+        from ehrgym.bench.builder import run_worker_processes
 
         done: dict[str, dict[str, Any]] = {}
-        for part in _run_workers([{"call": _run_probes, "args": (names, slim)} for names in groups]):
+        for part in run_worker_processes([{"call": _run_probes, "args": (names, slim)} for names in groups]):
             done.update(part)
     else:
         done = _run_probes(list(PROBES), slim)
