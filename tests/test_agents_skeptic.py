@@ -77,3 +77,20 @@ def test_pushdown_and_rewrite_keep_the_draft_answerable() -> None:
                     "'mEq/L')", rows)
     assert con.execute(DRAFT).fetchall() == [(150.0,)]  # the credulous reading: the out-of-window row
     assert con.execute(sql).fetchall() == [(1.3,)]  # in window, parsed text ("1,3" → 1.3)
+
+
+def test_pushdown_reads_item_ids_from_literal_concept_tables() -> None:
+    """``JOIN (VALUES …) cpt … WHERE cpt.concept = 'x'`` (or a CTE of VALUES) restricts the item ids;
+    an outer join does not."""
+    inline = ("SELECT avg(e.valuenum) FROM mimiciv_hosp.labevents e JOIN (VALUES ('creatinine', 50912), "
+              "('potassium', 50971), ('potassium', 52610)) AS cpt(concept, itemid) ON cpt.itemid = e.itemid "
+              "WHERE cpt.concept = 'potassium'")
+    cte = ("WITH names(itemid, lab) AS (SELECT * FROM (VALUES (50912, 'creatinine'), (50971, 'potassium')) AS v) "
+           "SELECT min(e.valuenum) FROM mimiciv_hosp.labevents e JOIN names n ON n.itemid = e.itemid "
+           "WHERE n.lab = 'creatinine'")
+    outer = inline.replace("JOIN (VALUES", "LEFT JOIN (VALUES")
+    expected = {inline: "r.itemid IN (50971, 52610)", cte: "r.itemid IN (50912)", outer: None}
+    for sql, where in expected.items():
+        tree = sqlglot.parse_one(sql, read="duckdb")
+        table = next(t for t in tree.find_all(sqlglot.exp.Table) if t.name == "labevents")
+        assert pushdown(table, TABLE_RULES["labevents"]) == where, sql

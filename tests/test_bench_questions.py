@@ -99,6 +99,11 @@ def test_answer_vs_abstain_target(validity):
     assert probe["accuracy"] <= probe["majority"] + 0.05
 
 
+def test_the_probes_give_the_same_numbers_in_worker_processes(built, validity):
+    """The build runs the probes in its worker processes: the card must not depend on that."""
+    assert text_validity(built, workers=2) == validity
+
+
 def test_the_probe_catches_a_planted_shortcut(built):
     """The probe can fail: noisy twins that share a cue word are found at once."""
     planted = [replace(t, question=t.question + " (as noted in the chart)") if t.variant == "noise"

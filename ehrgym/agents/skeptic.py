@@ -64,6 +64,9 @@ class SkepticAgent(Agent):
         self._gen: Generator[Action, Any, None] | None = None
         self._briefing: Briefing | None = None
         self.notes: list[str] = []
+        # SQL this agent generated, by (draft, name fixes, step): rewriting is a pure function of
+        # them, and the k trials of a task (or twins sharing a draft) would otherwise redo it
+        self._generated: dict[tuple[Any, ...], str | None] = {}
 
     def reset(self, observation: Any, briefing: Briefing) -> None:
         super().reset(observation, briefing)
@@ -96,6 +99,15 @@ class SkepticAgent(Agent):
             yield from self._run_as_drafted(b.draft_sql or "")
             return
         tree = a.tree
+        fixes: list[tuple[str, str]] = []
+
+        def generated(step: tuple[Any, ...], make: Any) -> str | None:
+            key = (b.draft_sql, tuple(fixes), *step)
+            if key not in self._generated:
+                if len(self._generated) >= 4096:
+                    self._generated.pop(next(iter(self._generated)))
+                self._generated[key] = make()
+            return self._generated[key]
 
         # 1. probe: references, time window, names
         verdict, missing_names = yield from self._probe(a)
@@ -117,6 +129,7 @@ class SkepticAgent(Agent):
                 return
             self.notes.append(f"{ref.literal!r} read as {fixed!r}")
             tree = replace_literal(tree, ref.literal, fixed)
+            fixes.append((ref.literal, fixed))
         items = tuple(a.items)
 
         # 3. profile the evidence
@@ -124,7 +137,8 @@ class SkepticAgent(Agent):
         empty = bool(a.evidence_tables)
         for table in a.evidence_tables:
             try:
-                query = profile_query(tree, table, items, frozenset(a.columns.get(table, ())))
+                query = generated(("profile", table), lambda: profile_query(
+                    tree, table, items, frozenset(a.columns.get(table, ()))))
             except Exception as exc:  # noqa: BLE001 - a draft shape the profiler does not handle
                 self.notes.append(f"no profile of {table}: {exc}")
                 query = None
@@ -154,26 +168,33 @@ class SkepticAgent(Agent):
         def used(rule: Any) -> frozenset[str]:
             return frozenset(a.columns.get(rule.table, ()))
 
+        def drafted() -> str:
+            return generated(("drafted",), lambda: tree.sql(dialect="duckdb")) or ""
+
+        def cleaned(drop_values: bool) -> str:
+            return generated(("cleaned", drop_values), lambda: rewrite_tables(tree, lambda r, w: clean_relation(
+                r, drop_values and a.uses_value(r), items, w, used(r)))) or ""
+
         rules_used = [t for t in a.evidence_tables if t in TABLE_RULES]
         if not rules_used:
-            yield from self._run_as_drafted(tree.sql(dialect="duckdb"))
+            yield from self._run_as_drafted(drafted())
             return
         if a.aggregate:
-            value, ok = yield from self._value(rewrite_tables(tree, lambda r, w: clean_relation(r, a.uses_value(r), items, w, used(r))))
+            value, ok = yield from self._value(cleaned(True))
             if not ok:
-                yield from self._run_as_drafted(tree.sql(dialect="duckdb"))
+                yield from self._run_as_drafted(drafted())
                 return
             if value is None:
                 yield _abstain("insufficient_evidence", "no usable values once the evidence is cleaned")
                 return
             yield AnswerAction(value, explanation="skeptic: aggregate over cleaned evidence")
             return
-        keep, ok = yield from self._value(rewrite_tables(tree, lambda r, w: clean_relation(r, False, items, w, used(r))))
+        keep, ok = yield from self._value(cleaned(False))
         if not ok:
-            yield from self._run_as_drafted(tree.sql(dialect="duckdb"))
+            yield from self._run_as_drafted(drafted())
             return
         if bad_values:
-            drop, ok2 = yield from self._value(rewrite_tables(tree, lambda r, w: clean_relation(r, a.uses_value(r), items, w, used(r))))
+            drop, ok2 = yield from self._value(cleaned(True))
             if ok2 and drop != keep:
                 if keep is None or (isinstance(keep, list) and None in keep):
                     yield _abstain("insufficient_evidence", "the value the question asks for is missing")

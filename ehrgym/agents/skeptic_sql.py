@@ -522,6 +522,107 @@ def _scope_of(table: exp.Table) -> exp.Select | None:
     return node
 
 
+def _literal_value(node: exp.Expression) -> Any:
+    """A string or integer literal's value (``_NOT_LITERAL`` for anything else)."""
+    if isinstance(node, exp.Literal) and node.is_string:
+        return str(node.this)
+    v = _literal_int(node)
+    return _NOT_LITERAL if v is None else v
+
+
+_NOT_LITERAL = object()
+
+
+def _values_rows(values: exp.Values, columns: list[str]) -> list[dict[str, Any]] | None:
+    """The rows of a literal ``VALUES`` list as ``{column: value}`` (None when a cell is not a literal)."""
+    rows = []
+    for tup in values.expressions:
+        cells = tup.expressions if isinstance(tup, exp.Tuple) else [tup]
+        if len(cells) != len(columns):
+            return None
+        row = {}
+        for col, cell in zip(columns, cells):
+            v = _literal_value(cell)
+            if v is _NOT_LITERAL:
+                return None
+            row[col] = v
+        rows.append(row)
+    return rows
+
+
+def _constant_rows(src: exp.Expression, root: exp.Expression) -> list[dict[str, Any]] | None:
+    """Rows of a literal table the scope reads: ``(VALUES …) AS t(a, b)``, or a CTE that is such a
+    list (``WITH t(a, b) AS (SELECT * FROM (VALUES …))``); None for anything else."""
+    if isinstance(src, exp.Values):
+        alias = src.args.get("alias")
+        cols = [c.name.lower() for c in alias.columns] if alias is not None and alias.columns else []
+        return _values_rows(src, cols) if cols else None
+    if not isinstance(src, exp.Table) or src.args.get("db"):
+        return None
+    name = src.name.lower()
+    for cte in root.find_all(exp.CTE):
+        if (cte.alias or "").lower() != name:
+            continue
+        body, cols = cte.this, [c.name.lower() for c in (cte.args["alias"].columns or [])]
+        if isinstance(body, exp.Select) and len(body.expressions) == 1 and isinstance(body.expressions[0], exp.Star) \
+                and not any(body.args.get(k) for k in ("where", "joins", "group", "having", "limit", "qualify")):
+            from_ = body.args.get("from") or body.args.get("from_")
+            body = from_.this if from_ is not None else None
+        if isinstance(body, exp.Subquery):
+            body = body.this
+        if not isinstance(body, exp.Values):
+            return None
+        if not cols:
+            alias = body.args.get("alias")
+            cols = [c.name.lower() for c in alias.columns] if alias is not None and alias.columns else []
+        return _values_rows(body, cols) if cols else None
+    return None
+
+
+def _constant_table_values(select: exp.Select) -> dict[tuple[str, str], set[int]]:
+    """Integer columns of the literal tables an inner join of ``select`` reads, restricted by the
+    scope's literal equalities on them: ``JOIN (VALUES ('fibrinogen', 51214), …) AS cpt(concept,
+    itemid) … WHERE cpt.concept = 'fibrinogen'`` gives ``{("cpt", "itemid"): {51214}}``.
+
+    Only WHERE conjuncts and the ON conjuncts of inner joins are read (they filter every row of
+    the scope), so joining on such a column restricts the other side to these values.
+    """
+    root = select
+    while root.parent is not None:
+        root = root.parent
+    from_ = select.args.get("from") or select.args.get("from_")
+    sources = [from_.this] if from_ is not None else []
+    preds = _conjuncts((select.args.get("where") or exp.Where()).this)
+    for j in select.args.get("joins") or []:
+        if (j.side or "").upper() or (j.kind or "").upper() not in ("", "INNER", "CROSS"):
+            continue  # outer joins do not filter the scope
+        sources.append(j.this)
+        preds += _conjuncts(j.args.get("on"))
+    out: dict[tuple[str, str], set[int]] = {}
+    for src in sources:
+        rows = _constant_rows(src, root)
+        if not rows:
+            continue
+        alias = (src.alias or (src.name if isinstance(src, exp.Table) else "")).lower()
+        if not alias:
+            continue
+        for p in preds:  # literal equalities on the literal table's columns filter its rows
+            if isinstance(p, exp.EQ):
+                col, lit = (p.this, p.expression) if isinstance(p.this, exp.Column) else (p.expression, p.this)
+                if not isinstance(col, exp.Column) or (col.table or "").lower() != alias:
+                    continue
+                v = _literal_value(lit)
+                name = col.name.lower()
+                if v is _NOT_LITERAL or name not in rows[0]:
+                    continue
+                rows = [r for r in rows if r[name] == v]
+        for name in (rows[0] if rows else {}):
+            vals = {r[name] for r in rows}
+            if vals and all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
+                out[(alias, name)] = set(vals)
+    return out
+
+
 def pushdown(table: exp.Table, rule: TableRule) -> str | None:
     """Literal predicates of the table's scope on its key columns, as SQL over ``r.`` (or None).
 
@@ -536,7 +637,7 @@ def pushdown(table: exp.Table, rule: TableRule) -> str | None:
     for j in select.args.get("joins") or []:
         preds += _conjuncts(j.args.get("on"))
     equal: dict[tuple[str, str], set[tuple[str, str]]] = {}
-    values: dict[tuple[str, str], set[int]] = {}
+    values: dict[tuple[str, str], set[int]] = _constant_table_values(select)
     for p in preds:
         if isinstance(p, exp.EQ) and isinstance(p.this, exp.Column) and isinstance(p.expression, exp.Column):
             a = ((p.this.table or "").lower(), p.this.name.lower())

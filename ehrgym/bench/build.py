@@ -55,7 +55,7 @@ def build_benchmark(db: str | Path, out: str | Path, config: str | BuildConfig =
                              "(ehrgym.bench.configs)"),
             # what this database could not support (e.g. a demo copy without icu/chartevents)
             "limitations": list(builder.stats.warnings)}
-    card = make_card(tasks, info, db=Path(db), seed=int(seed))
+    card = make_card(tasks, info, db=Path(db), seed=int(seed), workers=cfg.workers)
     stats = builder.stats
     attempts = sum(stats.attempts.values())
     report = {

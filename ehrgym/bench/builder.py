@@ -391,6 +391,13 @@ def _run_workers(jobs: list[Any], bar: Any | None = None, poll_seconds: float = 
 
     While they run, ``bar`` shows the pairs verified so far (each worker appends to a progress file).
     """
+    return run_worker_processes(jobs, bar, poll_seconds)
+
+
+def run_worker_processes(jobs: list[Any], bar: Any | None = None, poll_seconds: float = 0.25) -> list[Any]:
+    """Each job in its own ``python -m ehrgym.bench.worker`` process, all at once; their results in order.
+
+    A job is a ``_fill_worker`` job or ``{"call": module_level_function, "args": (...)}``."""
     import os
     import pickle
     import subprocess

@@ -25,7 +25,9 @@ def _nested(counter: Counter) -> dict[str, Any]:
     return out
 
 
-def make_card(tasks: list[Task], info: dict[str, Any], db: Path | None = None, seed: int = 0) -> dict[str, Any]:
+def make_card(tasks: list[Task], info: dict[str, Any], db: Path | None = None, seed: int = 0,
+              workers: int = 1) -> dict[str, Any]:
+    """The benchmark card; ``workers`` processes compute its validity report (same numbers for any count)."""
     noise = [t for t in tasks if t.variant == "noise"]
     clean = [t for t in tasks if t.variant == "clean"]
     full = Counter((t.intent, t.level, t.variant, t.noise.level if t.noise else "clean",
@@ -61,7 +63,7 @@ def make_card(tasks: list[Task], info: dict[str, Any], db: Path | None = None, s
             "by_tier": complexity_by_tier(tasks),
         },
         "by_tier": dict(sorted(Counter(str(t.meta.get("tier", "unknown")) for t in noise).items())),
-        "validity": validity_report(ValidityContext(tasks, db, seed)),
+        "validity": validity_report(ValidityContext(tasks, db, seed, workers)),
     }
 
 

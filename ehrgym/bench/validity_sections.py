@@ -54,7 +54,7 @@ def text_classifier(ctx: ValidityContext) -> dict[str, Any]:
     train split → test split): clean vs noisy twin, and answer vs abstain, against the majority rate."""
     from ehrgym.bench.validity.text import text_validity
 
-    report = text_validity(ctx.tasks)
+    report = text_validity(ctx.tasks, workers=ctx.workers)
     md = ["A classifier that reads only the question text, trained on the train split and scored on the test "
           "split (chance 0.5 for clean vs noisy; the majority rate for answer vs abstain).", "",
           "| probe | accuracy | majority | test questions |", "|---|---|---|---|"]

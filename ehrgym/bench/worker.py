@@ -1,5 +1,6 @@
 """A build worker process: ``python -m ehrgym.bench.worker`` reads a pickled job on stdin and writes
-the pickled result on stdout (see ``Builder._fill_parallel``).
+the pickled result on stdout (see ``Builder._fill_parallel``). A job ``({"call": fn, "args": (...)},
+progress_file)`` runs a module-level function instead (the validity report's text probes).
 
 A plain subprocess rather than ``multiprocessing`` so that building never re-imports the caller's
 ``__main__`` (scripts without a ``__name__ == "__main__"`` guard, notebooks) and never forks a
@@ -21,7 +22,10 @@ def main() -> None:
     all_templates()
 
     job = pickle.load(sys.stdin.buffer)
-    result = _fill_worker(job)
+    if isinstance(job[0], dict) and "call" in job[0]:
+        result = job[0]["call"](*job[0]["args"])
+    else:
+        result = _fill_worker(job)
     pickle.dump(result, sys.stdout.buffer, protocol=pickle.HIGHEST_PROTOCOL)
     sys.stdout.buffer.flush()
 

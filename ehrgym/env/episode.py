@@ -33,6 +33,7 @@ from ehrgym.env.actions import (ACTION_TYPES, Action, AnswerAction, PythonAction
 from ehrgym.env.gate import SqlGate
 from ehrgym.env.pool import ConnectionPool, ConnectionSettings
 from ehrgym.env.protocol import ActionParseError, parse_action, protocol_text
+from ehrgym.env.resultcache import ResultCache
 from ehrgym.env.sqltool import SqlLimits, format_outcome, query_frame, run_query
 from ehrgym.env.tools import tool_descriptions
 from ehrgym.env.trajectory import Trajectory, TrajectoryStep
@@ -56,6 +57,7 @@ class EnvConfig:
     schema_summary: bool = True              # show the compact schema in the first observation
     gate_check: str = "tokens"               # the SQL gate's DuckDB layer: tokens (lexer) | ast (full parse)
     max_observation_chars: int = 20_000      # the one cap on any observation text the agent gets
+    result_cache: int = 256                  # SQL results reused over identical data (ehrgym.env.resultcache); 0: off
 
     @property
     def tools(self) -> tuple[str, ...]:
@@ -139,9 +141,10 @@ class ToolContext:
         return self._env.config
 
     def run_sql(self, query: str) -> Any:
-        """One gated query with the episode's limits (an :class:`~ehrgym.env.sqltool.QueryOutcome`)."""
+        """One gated query with the episode's limits (an :class:`~ehrgym.env.sqltool.QueryOutcome`);
+        a result the episode's data already gave for the same SQL is reused (``EnvConfig.result_cache``)."""
         env = self._env
-        return run_query(env.gate, env.conn, env.pool.watchdog, query, env.config.sql)
+        return run_query(env.gate, env.conn, env.pool.watchdog, query, env.config.sql, cache=env.results)
 
     def sql_frame_pickled(self, query: str) -> bytes:
         """One gated query as a pickled DataFrame, for the Python worker's ``sql()``."""
@@ -221,6 +224,7 @@ class EhrEnv:
         self._started = 0.0
         self._closed = False
         self._tools = ToolContext(self)
+        self.results = ResultCache(size=config.result_cache)
 
     # -- construction from a benchmark ----------------------------------------------------------
     @classmethod
@@ -285,6 +289,7 @@ class EhrEnv:
             self.pool.release(self.conn)
             self.conn = self.pool.acquire()
             raise
+        self.results.set_overlay(task.overlay)
         self.task = task
         self.steps = 0
         self.done = False

@@ -33,7 +33,7 @@ from ehrgym.env.episode import EhrEnv, EnvConfig
 from ehrgym.errors import BenchmarkError
 
 ENV_ID = "EHRRobustGym-v0"
-_TIMING_KEYS = ("seconds", "gate_seconds", "db_seconds", "format_seconds", "python_seconds")
+_TIMING_KEYS = ("seconds", "gate_seconds", "db_seconds", "format_seconds", "python_seconds", "cached")
 
 
 class UnicodeText(spaces.Text):

@@ -14,6 +14,7 @@ from ehrgym.env.engine import (QueryError, SqlLimits, Watchdog, classify_error, 
                                deadline_message)
 from ehrgym.env.gate import GateDecision, SqlGate
 from ehrgym.env.pool import AnyConnection
+from ehrgym.env.resultcache import ResultCache
 from ehrgym.errors import GateRejection
 
 __all__ = ["QueryOutcome", "SqlLimits", "classify_error", "clean_error", "format_outcome", "format_table",
@@ -36,6 +37,7 @@ class QueryOutcome:
     db_seconds: float = 0.0
     format_seconds: float = 0.0
     tables: tuple[str, ...] = ()
+    cached: bool = False               # the result was reused (same SQL over the same data; see resultcache)
 
     @property
     def ok(self) -> bool:
@@ -45,7 +47,7 @@ class QueryOutcome:
         return {"rows": self.row_count, "row_count_exact": self.row_count_exact, "truncated": self.truncated,
                 "columns": len(self.columns), "error": self.error, "error_kind": self.error_kind,
                 "gate_seconds": self.gate_seconds, "db_seconds": self.db_seconds,
-                "format_seconds": self.format_seconds, "tables": list(self.tables)}
+                "format_seconds": self.format_seconds, "tables": list(self.tables), "cached": self.cached}
 
 
 def _gate(gate: SqlGate, query: Any) -> GateDecision:
@@ -61,8 +63,12 @@ def _gate(gate: SqlGate, query: Any) -> GateDecision:
 
 
 def run_query(gate: SqlGate, conn: AnyConnection, watchdog: Watchdog, query: str,
-              limits: SqlLimits) -> QueryOutcome:
-    """Gate and run ``query`` on the episode connection; never raises for agent mistakes."""
+              limits: SqlLimits, cache: ResultCache | None = None) -> QueryOutcome:
+    """Gate and run ``query`` on the episode connection; never raises for agent mistakes.
+
+    With ``cache`` (the environment's :class:`~ehrgym.env.resultcache.ResultCache`), a result of
+    the same admitted SQL over the same overlay edits of the tables it reads is reused.
+    """
     out = QueryOutcome(query=query)
     t0 = time.perf_counter()
     try:
@@ -82,7 +88,14 @@ def run_query(gate: SqlGate, conn: AnyConnection, watchdog: Watchdog, query: str
         out.truncated = len(all_rows) > limits.max_rows_shown
         return out
     t1 = time.perf_counter()
-    res = conn.run(decision.sql, limits, watchdog)
+    key = cache.key(decision.sql, decision.tables) if cache is not None else None
+    res = cache.get(key) if cache is not None else None
+    if res is not None:
+        out.cached = True
+    else:
+        res = conn.run(decision.sql, limits, watchdog)
+        if cache is not None:
+            cache.put(key, res)
     out.columns, out.rows, out.row_count = res.columns, res.rows, res.row_count
     out.row_count_exact, out.truncated = res.row_count_exact, res.truncated
     out.error, out.error_kind = res.error, res.error_kind

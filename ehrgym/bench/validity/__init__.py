@@ -26,6 +26,7 @@ class ValidityContext:
     tasks: list[Task]
     db: Path | None = None  # the database the benchmark was built on (None: sections needing it skip)
     seed: int = 0
+    workers: int = 1  # processes a section may use (the build's workers; results do not depend on it)
 
 
 Section = Callable[[ValidityContext], dict[str, Any]]

@@ -188,14 +188,80 @@ def _answer_vs_abstain(tasks: list[Task], keep: Callable[[str], bool]) -> dict[s
     return out
 
 
-def text_validity(tasks: Iterable[Task]) -> dict[str, Any]:
-    """The four text-shortcut probes on a built benchmark's tasks (see the module docstring)."""
+def _every(subtype: str) -> bool:
+    return True
+
+
+def _any_noise(subtype: str) -> bool:
+    return bool(subtype)
+
+
+def _query_noise(subtype: str) -> bool:
     from ehrgym.vocab import NOISE_SUBTYPES
 
-    tasks = sorted(tasks, key=lambda t: t.task_id)
-    return {
-        "clean_vs_noise": _clean_vs_noise(tasks, lambda s: bool(s)),
-        "clean_vs_noise_query": _clean_vs_noise(tasks, lambda s: NOISE_SUBTYPES.get(s) == "query"),
-        "answer_vs_abstain": _answer_vs_abstain(tasks, lambda s: True),
-        "answer_vs_abstain_query": _answer_vs_abstain(tasks, lambda s: NOISE_SUBTYPES.get(s) == "query"),
-    }
+    return NOISE_SUBTYPES.get(subtype) == "query"
+
+
+# name -> (probe, which pairs it reads); largest first (the order a process pool takes them in)
+PROBES: dict[str, tuple[Callable[..., dict[str, Any]], Callable[[str], bool]]] = {
+    "clean_vs_noise": (_clean_vs_noise, _any_noise),
+    "answer_vs_abstain": (_answer_vs_abstain, _every),
+    "clean_vs_noise_query": (_clean_vs_noise, _query_noise),
+    "answer_vs_abstain_query": (_answer_vs_abstain, _query_noise),
+}
+REPORT_ORDER = ("clean_vs_noise", "clean_vs_noise_query", "answer_vs_abstain", "answer_vs_abstain_query")
+
+
+def _slim(t: Task) -> Any:
+    """What the probes read of a task (a small picklable stand-in for worker processes)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(task_id=t.task_id, pair_id=t.pair_id, variant=t.variant, split=t.split,
+                           question=t.question,
+                           noise=SimpleNamespace(subtype=t.noise.subtype) if t.noise is not None else None,
+                           expected=SimpleNamespace(is_abstain=bool(t.expected.is_abstain)))
+
+
+def _run_probes(names: Sequence[str], tasks: list[Any]) -> dict[str, dict[str, Any]]:
+    out = {}
+    for name in names:
+        probe, keep = PROBES[name]
+        out[name] = probe(tasks, keep)
+    return out
+
+
+def _probe_groups(tasks: list[Any], workers: int) -> list[list[str]]:
+    """The probes split over ``workers`` processes, largest first onto the lightest (size: questions read)."""
+    pair_sub = {t.pair_id: t.noise.subtype for t in tasks if t.noise is not None}
+    size = {}
+    for name, (probe, keep) in PROBES.items():
+        if probe is _clean_vs_noise:
+            size[name] = sum(1 for t in tasks if keep(pair_sub.get(t.pair_id, "")))
+        else:
+            size[name] = sum(1 for t in tasks if t.noise is not None and keep(t.noise.subtype))
+    groups: list[list[str]] = [[] for _ in range(max(1, min(workers, len(PROBES))))]
+    load = [0] * len(groups)
+    for name in sorted(PROBES, key=lambda n: -size[n]):
+        i = load.index(min(load))
+        groups[i].append(name)
+        load[i] += size[name]
+    return [g for g in groups if g]
+
+
+def text_validity(tasks: Iterable[Task], workers: int = 1) -> dict[str, Any]:
+    """The four text-shortcut probes on a built benchmark's tasks (see the module docstring).
+
+    ``workers`` > 1 fits the probes in that many worker processes (``python -m ehrgym.bench.worker``,
+    as the build's); every probe is a pure function of the tasks, so the numbers do not depend on it.
+    """
+    slim = [_slim(t) for t in sorted(tasks, key=lambda t: t.task_id)]
+    groups = _probe_groups(slim, workers)
+    if len(groups) > 1:
+        from ehrgym.bench.builder import run_worker_processes
+
+        done: dict[str, dict[str, Any]] = {}
+        for part in run_worker_processes([{"call": _run_probes, "args": (names, slim)} for names in groups]):
+            done.update(part)
+    else:
+        done = _run_probes(list(PROBES), slim)
+    return {name: done[name] for name in REPORT_ORDER}
