@@ -12,10 +12,10 @@ import pytest
 
 from ehrgym.bench.answers import gold_from_rows
 from ehrgym.bench.build import build_benchmark
-from ehrgym.bench.configs import BuildConfig
+from ehrgym.bench.configs import MARKED_SUBTYPES, BuildConfig, plan_quotas
 from ehrgym.bench.noise.cleaning import plain_relation
 from ehrgym.bench.noise import INJECTORS
-from ehrgym.bench.noise.lexicon import CODES, LEXICON, variants
+from ehrgym.bench.noise.lexicon import ALIAS_SHARE, CODES, LEXICON, aliases, is_misspelling, variants
 from ehrgym.bench.noise.query import counts
 from ehrgym.bench.noise.scope import FRAMES
 from ehrgym.bench.noise.similar import group_of
@@ -106,6 +106,57 @@ def test_the_probe_catches_a_planted_shortcut(built):
     probe = text_validity(planted)
     assert probe["clean_vs_noise_query"]["accuracy"] >= 0.75
     assert probe["answer_vs_abstain"]["accuracy"] >= probe["answer_vs_abstain"]["majority"] + 0.1
+
+
+# ---------------------------------------------------------------- outcome balance per template
+
+
+def test_plan_gives_every_template_half_answer_half_abstain():
+    from ehrgym.vocab import NOISE_SUBTYPES
+
+    applicable = {
+        ("labs", "patient", "count"): ["duplicate_records", "missing_evidence", "out_of_scope"],
+        ("labs", "patient", "value"): ["missing_value", "unit_mismatch", "lexical_variation", "out_of_scope"],
+        ("labs", "patient", "only"): ["missing_evidence", "nonexistent_entity"],
+    }
+    outcomes = {("count", "duplicate_records"): "answer", ("count", "missing_evidence"): "abstain",
+                ("count", "out_of_scope"): "abstain", ("value", "missing_value"): "abstain",
+                ("value", "unit_mismatch"): "answer", ("value", "lexical_variation"): "answer",
+                ("value", "out_of_scope"): "abstain", ("only", "missing_evidence"): "abstain",
+                ("only", "nonexistent_entity"): "abstain"}
+    plain = plan_quotas(301, applicable, NOISE_SUBTYPES)
+    balanced = plan_quotas(301, applicable, NOISE_SUBTYPES, outcomes=outcomes)
+    assert sum(balanced.values()) == 301
+    for tid in ("count", "value", "only"):
+        total = sum(q for (t, _), q in plain.items() if t == tid)
+        assert sum(q for (t, _), q in balanced.items() if t == tid) == total  # template shares unchanged
+        # out of scope (its words mark it) keeps its quota and stays out of the balance
+        assert balanced.get((tid, "out_of_scope")) == plain.get((tid, "out_of_scope"))
+        unmarked = total - plain.get((tid, "out_of_scope"), 0)
+        answer = sum(q for (t, s), q in balanced.items() if t == tid and outcomes[(t, s)] == "answer")
+        assert answer == (unmarked // 2 if tid != "only" else 0), (tid, balanced)
+    assert plain[("count", "duplicate_records")] != balanced[("count", "duplicate_records")]
+    # lexical variation: at most as many as the template's other unmarked query twins (none here)
+    assert balanced.get(("value", "lexical_variation"), 0) == 0 < plain[("value", "lexical_variation")]
+
+
+def test_built_templates_are_balanced_by_outcome(built):
+    """The build keeps step 5 of the plan: in every template whose subtypes allow both outcomes,
+    the noisy twins expecting an answer are half (rounded down) of them."""
+    from collections import Counter
+
+    from ehrgym.bench.builder import outcome_of
+    from ehrgym.bench.noise import INJECTORS
+    from ehrgym.vocab import NOISE_SUBTYPES
+
+    made = Counter((t.template_id, t.expected.kind) for t in built
+                   if t.variant == "noise" and t.noise.subtype not in MARKED_SUBTYPES)
+    both = [t for t in all_templates() if {outcome_of(t, s) for s in NOISE_SUBTYPES if INJECTORS[s].applies(t)
+                                          and s not in MARKED_SUBTYPES} == {"answer", "abstain"}]
+    off = {t.id: (made[(t.id, "answer")], made[(t.id, "abstain")]) for t in both
+           if made[(t.id, "abstain")] - made[(t.id, "answer")] not in (0, 1)}
+    assert len(both) >= 60 and len(off) <= len(both) // 20, off
+    assert all(abs(a - b) <= 2 for a, b in off.values()), off
 
 
 # ---------------------------------------------------------------- out of scope
@@ -252,7 +303,31 @@ def test_other_query_twins_keep_the_clean_frame(built):
         for clean, noisy in _pairs(built, sub):
             t = get_template(clean.template_id)
             frame = t.paraphrases[clean.meta["paraphrase"]]
-            params = _entity({**clean.meta["entity"], **noisy.meta.get("noisy_entity", {})})
+            assert clean.question == render_text(frame, _entity({**clean.meta["entity"],
+                                                                  **clean.meta.get("shown", {})}))
+            params = _entity({**clean.meta["entity"], **noisy.meta.get("noisy_entity", {}),
+                              **noisy.meta.get("shown", {})})
             if sub == "lexical_variation":
                 params[noisy.noise.question_edit["param"]] = noisy.noise.question_edit["to"]
+            else:  # the twin names the concept the way its clean question does
+                assert noisy.meta.get("shown", {}).keys() == clean.meta.get("shown", {}).keys(), noisy.question
             assert noisy.question == render_text(frame, params), (sub, noisy.question)
+
+
+def test_clean_questions_use_clinicians_aliases_too(built):
+    """An alias is no cue for noise: clean questions name a concept by one for about half the
+    entities, and a lexical pair's clean twin always shows one where the name has one."""
+    with_alias = [t for t in built if t.variant == "clean" and get_template(t.template_id).lexical
+                  and aliases(str(t.meta["entity"][get_template(t.template_id).lexical]))]
+    lexical_pairs = {t.pair_id for t in built if t.noise is not None and t.noise.subtype == "lexical_variation"}
+    others = [t for t in with_alias if t.pair_id not in lexical_pairs]
+    share = sum("shown" in t.meta for t in others) / len(others)
+    assert len(others) >= 100 and abs(share - ALIAS_SHARE) <= 0.12, share
+    for clean, noisy in _pairs(built, "lexical_variation"):
+        edit = noisy.noise.question_edit
+        if aliases(edit["from"]):
+            shown = clean.meta["shown"][edit["param"]]
+            assert shown in aliases(edit["from"]) and edit["to"] != shown, (clean.question, noisy.question)
+    assert not is_misspelling("K", "serum potassium") and not is_misspelling("Lasix", "furosemide")
+    assert is_misspelling("potasium", "serum potassium") and is_misspelling("hemoglobine", "hemoglobin")
+    assert "potasium" not in aliases("serum potassium") and "Hgb" in aliases("Hemoglobin")
