@@ -12,7 +12,7 @@ import pytest
 
 from ehrgym.bench.answers import gold_from_rows
 from ehrgym.bench.build import build_benchmark
-from ehrgym.bench.configs import MARKED_SUBTYPES, BuildConfig, plan_quotas
+from ehrgym.bench.configs import BuildConfig, balanced_subtypes, plan_quotas
 from ehrgym.bench.noise.cleaning import plain_relation
 from ehrgym.bench.noise import INJECTORS
 from ehrgym.bench.noise.lexicon import ALIAS_SHARE, CODES, LEXICON, aliases, is_misspelling, variants
@@ -58,45 +58,38 @@ def _pairs(tasks, subtype):
 
 
 # The issue's targets: overall <= 0.55, query-level <= 0.60, answer-vs-abstain within 5 points of
-# the majority rate. On this build today: overall 0.55, query-level 0.64, answer-vs-abstain
-# majority + 0.07 (on query-level pairs: majority + 0.00); before the query-level noise was
-# rewritten: 0.55, 0.72, majority + 0.12 (query-level pairs: + 0.13). The guards below fail on the
-# old shortcuts; the targets not yet met are strict xfails, which fail (and must be promoted to
-# plain tests) as soon as they pass.
+# the majority rate (overall and on query-level pairs). On this build: overall 0.51, query-level
+# 0.54 (lexical variation 0.53, out of scope 0.69), answer-vs-abstain 0.60 against a 0.59 majority
+# (query-level pairs: 0.76 against 0.76). Before clean questions used clinicians' aliases and the
+# plan balanced every template's outcomes: 0.54, 0.61 (lexical 0.72), 0.65 vs 0.51 (0.73 vs 0.75);
+# before the query-level noise was rewritten: 0.55, 0.72, majority + 0.12 (query-level + 0.13).
 
 
 def test_question_text_does_not_reveal_the_variant(validity):
     overall, query = validity["clean_vs_noise"], validity["clean_vs_noise_query"]
     assert overall["n_test"] >= 200 and query["n_test"] >= 80
     assert overall["accuracy"] <= 0.55, overall
-    assert query["accuracy"] <= 0.68, query
-    # no query-level subtype is given away by its own wording (was: out of scope 0.86, temporal 0.71)
+    # no query-level subtype is given away by its own wording (was: out of scope 0.86, temporal 0.71,
+    # lexical variation 0.72)
     assert query["by_subtype"]["out_of_scope"] <= 0.78, query
     assert query["by_subtype"]["temporal_mismatch"] <= 0.68, query
+    assert query["by_subtype"]["lexical_variation"] <= 0.65, query
 
 
-@pytest.mark.xfail(strict=True, reason="lexical twins stand out from clean questions that quote database "
-                                       "strings, and an out-of-scope question has to name what no table holds")
 def test_query_level_target(validity):
-    assert validity["clean_vs_noise_query"]["accuracy"] <= 0.60
+    assert validity["clean_vs_noise_query"]["accuracy"] <= 0.60, validity["clean_vs_noise_query"]
 
 
-@pytest.mark.xfail(strict=False, reason="measured 0.77 against a majority of 0.70 after merging the harder cohort "
-                                        "templates (0.73 vs 0.73 before): which query-level subtypes a template "
-                                        "admits still shows in its wording")
 def test_query_noise_does_not_reveal_the_expected_outcome(validity):
     probe = validity["answer_vs_abstain_query"]
     assert probe["n_test"] >= 50
     assert probe["accuracy"] <= probe["majority"] + 0.05, probe
 
 
-@pytest.mark.xfail(strict=True, reason="a template's wording predicts its mix of record/value subtypes (count "
-                                       "templates carry duplicates, expected answer; single-value templates "
-                                       "carry missing values, expected abstention): a quota-plan matter")
 def test_answer_vs_abstain_target(validity):
     probe = validity["answer_vs_abstain"]
     assert probe["n_test"] >= 100
-    assert probe["accuracy"] <= probe["majority"] + 0.05
+    assert probe["accuracy"] <= probe["majority"] + 0.05, probe
 
 
 def test_the_probe_catches_a_planted_shortcut(built):
@@ -149,10 +142,11 @@ def test_built_templates_are_balanced_by_outcome(built):
     from ehrgym.bench.noise import INJECTORS
     from ehrgym.vocab import NOISE_SUBTYPES
 
+    pools = {t.id: balanced_subtypes(t.id, subs, {(t.id, s): outcome_of(t, s) for s in subs})
+             for t in all_templates() for subs in [[s for s in NOISE_SUBTYPES if INJECTORS[s].applies(t)]]}
     made = Counter((t.template_id, t.expected.kind) for t in built
-                   if t.variant == "noise" and t.noise.subtype not in MARKED_SUBTYPES)
-    both = [t for t in all_templates() if {outcome_of(t, s) for s in NOISE_SUBTYPES if INJECTORS[s].applies(t)
-                                          and s not in MARKED_SUBTYPES} == {"answer", "abstain"}]
+                   if t.variant == "noise" and t.noise.subtype in pools[t.template_id])
+    both = [t for t in all_templates() if pools[t.id]]
     off = {t.id: (made[(t.id, "answer")], made[(t.id, "abstain")]) for t in both
            if made[(t.id, "abstain")] - made[(t.id, "answer")] not in (0, 1)}
     assert len(both) >= 60 and len(off) <= len(both) // 20, off

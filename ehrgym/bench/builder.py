@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from ehrgym.bench.answers import NotComparable, answers_match, format_answer, gold_from_rows
 from ehrgym.bench.complexity import sql_complexity, sql_tables
-from ehrgym.bench.configs import MARKED_SUBTYPES, BuildConfig, plan_quotas
+from ehrgym.bench.configs import MARKED_SUBTYPES, BuildConfig, balanced_subtypes, plan_quotas
 from ehrgym.bench.noise import INJECTORS, InjectContext, Injection
 from ehrgym.bench.noise.cleaning import plain_relation, relation
 from ehrgym.bench.noise.lexicon import shown_name
@@ -329,13 +329,16 @@ class Builder:
     def _settle(self, slots: list[_Slot], drafts: list[Draft], bar: Any) -> int:
         """After the first pass: keep every template at half answer / half abstain (step 5 of the
         plan, ``ehrgym.bench.configs``) and make the pairs still missing; returns the shortfall."""
+        pool = {t.id: set(balanced_subtypes(t.id, self.applicable(t), {(t.id, s): outcome_of(t, s)
+                                                                        for s in self.applicable(t)}))
+                for t in {slot.template.id: slot.template for slot in slots}.values()}
         sides: dict[str, dict[str, list[_Slot]]] = defaultdict(lambda: {"answer": [], "abstain": []})
         for slot in slots:
-            if slot.subtype not in MARKED_SUBTYPES:
+            if slot.subtype in pool[slot.template.id]:
                 sides[slot.template.id][outcome_of(slot.template, slot.subtype)].append(slot)
         both = sorted(tid for tid, ss in sides.items() if ss["answer"] and ss["abstain"])
         cell_of = {slot.template.id: (slot.template.intent, slot.template.level) for slot in slots}
-        made = Counter((d.template.id, d.noise["expected"].kind) for d in drafts if d.subtype not in MARKED_SUBTYPES)
+        made = Counter((d.template.id, d.noise["expected"].kind) for d in drafts if d.subtype in pool[d.template.id])
 
         def fill(tid: str, side: str, n: int) -> int:
             start = len(drafts)
@@ -346,7 +349,7 @@ class Builder:
 
         def drop(tid: str, side: str, n: int) -> None:
             at = [i for i, d in enumerate(drafts) if d.template.id == tid and d.noise["expected"].kind == side
-                  and d.subtype not in MARKED_SUBTYPES]
+                  and d.subtype in pool[tid]]
             for i in reversed(at[len(at) - n:] if n > 0 else []):
                 d = drafts.pop(i)
                 made[(tid, side)] -= 1
@@ -396,7 +399,8 @@ class Builder:
                 deficit[cell] = couples([tid for tid in both if cell_of[tid] == cell], deficit[cell])
         remaining = sum(max(d, 0) for d in deficit.values())
         remaining = couples(both, remaining)  # 3. anywhere in couples
-        single = [s for s in slots if s.template.id not in both and s.subtype not in MARKED_SUBTYPES]
+        single = [s for s in slots if s.template.id not in both and s.subtype not in MARKED_SUBTYPES
+                  and outcome_of(s.template, s.subtype) == "abstain"]
         if remaining:  # 4. one-outcome templates (abstain-only keep the balance), then any slot
             remaining = self._round_robin(single, remaining, drafts, bar)
         if remaining:

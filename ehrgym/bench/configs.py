@@ -149,15 +149,14 @@ def balance_outcomes(quotas: dict[tuple[str, str], int], subtypes: dict[str, lis
     Inside the query level the answer subtype (lexical variation) then gets at most as many pairs
     as the template's unmarked abstaining query subtypes; any excess goes to its other answer
     subtypes."""
+    pools = {tid: balanced_subtypes(tid, subs, outcomes) for tid, subs in subtypes.items()}
     totals: dict[str, int] = {}
     for (tid, s), q in quotas.items():
-        if s not in MARKED_SUBTYPES:
+        if s in pools.get(tid, ()):
             totals[tid] = totals.get(tid, 0) + q
-    out = {k: q for k, q in quotas.items() if k[1] in MARKED_SUBTYPES or not both_outcomes(k[0], subtypes, outcomes)}
+    out = {k: q for k, q in quotas.items() if k[1] not in pools.get(k[0], ())}
     for tid, total in sorted(totals.items()):
-        if not both_outcomes(tid, subtypes, outcomes):
-            continue
-        subs = [s for s in subtypes[tid] if s not in MARKED_SUBTYPES]
+        subs = pools[tid]
         answer = total // 2
         share: dict[str, int] = {}
         for side, n in (("answer", answer), ("abstain", total - answer)):
@@ -177,6 +176,17 @@ def balance_outcomes(quotas: dict[tuple[str, str], int], subtypes: dict[str, lis
 _QUERY = ("nonexistent_entity", "false_premise", "temporal_mismatch", "lexical_variation", "out_of_scope")
 
 
+def balanced_subtypes(tid: str, subs: Iterable[str], outcomes: dict[tuple[str, str], str]) -> list[str]:
+    """The subtypes of a template that step 5 balances: all but the marked ones — unless without
+    them only answers are left (a count template whose one abstention is out of scope), then all;
+    empty when they do not include both outcomes."""
+    subs = list(subs)
+    for pool in ([s for s in subs if s not in MARKED_SUBTYPES], subs):
+        if {outcomes[(tid, s)] for s in pool} == {"answer", "abstain"}:
+            return pool
+    return []
+
+
 def both_outcomes(tid: str, subtypes: dict[str, list[str]], outcomes: dict[tuple[str, str], str]) -> bool:
-    """The template's unmarked subtypes include both expected outcomes."""
-    return {outcomes[(tid, s)] for s in subtypes.get(tid, ()) if s not in MARKED_SUBTYPES} == {"answer", "abstain"}
+    """Step 5 balances this template (its subtypes include both expected outcomes)."""
+    return bool(balanced_subtypes(tid, subtypes.get(tid, ()), outcomes))
