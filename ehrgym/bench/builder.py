@@ -206,7 +206,7 @@ class Builder:
         clean_value, clean_sql = clean
         rng = np.random.default_rng([self.seed, _stable_int(t.id), c.index, SUBTYPE_ORDER.index(subtype)])
         paraphrase = int(rng.integers(0, len(t.paraphrases)))
-        shown = shown_params(t, c.params, self._display_draw(t, c), force=subtype == "lexical_variation")
+        shown = shown_params(t, c.params, self._display_draw(t, c))
         with _Clock(self.stats, "verification"):
             self.verifier.clean()
             ctx = InjectContext(self.verifier.con, t, dict(c.params), clean_value, rng, max_ids=self.max_ids,
@@ -239,7 +239,7 @@ class Builder:
                trap_margin: float | None = None) -> Draft:
         entity = {k: json_value(v) for k, v in sorted(c.params.items())}
         draw = self._display_draw(t, c)
-        shown = shown_params(t, c.params, draw, force=subtype == "lexical_variation")
+        shown = shown_params(t, c.params, draw)
         question = render_text(t.paraphrases[paraphrase], {**c.params, **shown})
         noisy_params = inj.params or c.params
         noisy_shown = shown

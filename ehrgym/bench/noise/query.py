@@ -29,7 +29,7 @@ import numpy as np
 from ehrgym.bench.answers import gold_from_rows
 from ehrgym.bench.noise.base import InjectContext, Injection, Injector, register_injector
 from ehrgym.bench.noise.cleaning import plain_relation
-from ehrgym.bench.noise.lexicon import variants
+from ehrgym.bench.noise.lexicon import aliases, variants
 from ehrgym.bench.noise.scope import FRAMES, ends_clause, slot_kind, swap_phrases
 from ehrgym.bench.noise.similar import group_of
 from ehrgym.bench.noise.values import parse_stamp
@@ -267,8 +267,11 @@ class LexicalVariation(Injector):
         if ctx.template.answer.type == "boolean" and not ctx.clean_value:
             return None  # a name nobody matches already gives "no": the variation cannot trap here
         name = str(ctx.params[param])
-        shown = ctx.shown.get(param, name)  # the clean twin shows an alias where the name has one
-        forms = [f for f in variants(name) if f.casefold() != shown.casefold()]
+        # the clean twin shows the name or an alias (drawn per entity, as for every subtype); the twin
+        # shows another alias where there is one — the forms clean questions use — else another variant
+        shown = ctx.shown.get(param, name)
+        forms = [f for f in aliases(name) if f.casefold() != shown.casefold()]
+        forms = forms or [f for f in variants(name) if f.casefold() != shown.casefold()]
         if not forms:
             return None
         new = forms[int(ctx.rng.integers(0, len(forms)))]
