@@ -214,14 +214,14 @@ class TemporalMismatch(Injector):
             freq = value_frequency(ctx, tw.year)
             weight = np.array([freq.get(y, 0) + 0.01 for y in inside], dtype=float)
             keys = ctx.rng.random(len(inside)) ** (1.0 / weight) if inside else np.array([])
+            # (no fallback to the years just outside the database: no clean question asks about them,
+            # so such a year alone gave the twin away — measured on a `paper` build, 61 of 456 twins)
             order = [y for _, y in sorted(zip(-keys, inside))]
-            order += [first.year - 1, last.year + 1]  # the years just outside, if no year inside is empty
             for new_year in order[:YEAR_TRIES]:
                 params[tw.year] = new_year
                 if self._no_answer(ctx, params):
                     edit = _edit("time_window", tw.year, old, new_year)
-                    where = "inside" if first.year <= new_year <= last.year else "next to"
-                    desc = f"no such record in {new_year} ({where} the database's years {first.year}-{last.year})"
+                    desc = f"no such record in {new_year} (inside the database's years {first.year}-{last.year})"
                     return Injection(self.spec(question_edit=edit, description=desc), "abstain", "false_premise",
                                      params=params)
             return None
