@@ -151,6 +151,11 @@ def test_built_templates_are_balanced_by_outcome(built):
            if made[(t.id, "abstain")] - made[(t.id, "answer")] not in (0, 1)}
     assert len(both) >= 60 and len(off) <= len(both) // 20, off
     assert all(abs(a - b) <= 2 for a, b in off.values()), off
+    # inside the query level, lexical twins (answered) are at most the template's other unmarked ones
+    sub = Counter((t.template_id, t.noise.subtype) for t in built if t.variant == "noise")
+    over = {t.id for t in both if sub[(t.id, "lexical_variation")] > sum(
+        sub[(t.id, s)] for s in ("nonexistent_entity", "false_premise", "temporal_mismatch"))}
+    assert not over, over
 
 
 # ---------------------------------------------------------------- out of scope

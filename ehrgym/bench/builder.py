@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from ehrgym.bench.answers import NotComparable, answers_match, format_answer, gold_from_rows
 from ehrgym.bench.complexity import sql_complexity, sql_tables
-from ehrgym.bench.configs import MARKED_SUBTYPES, BuildConfig, balanced_subtypes, plan_quotas
+from ehrgym.bench.configs import LEXICAL, MARKED_SUBTYPES, QUERY_ABSTAIN, BuildConfig, balanced_subtypes, plan_quotas
 from ehrgym.bench.noise import INJECTORS, InjectContext, Injection
 from ehrgym.bench.noise.cleaning import plain_relation, relation
 from ehrgym.bench.noise.lexicon import shown_name
@@ -339,12 +339,15 @@ class Builder:
         both = sorted(tid for tid, ss in sides.items() if ss["answer"] and ss["abstain"])
         cell_of = {slot.template.id: (slot.template.intent, slot.template.level) for slot in slots}
         made = Counter((d.template.id, d.noise["expected"].kind) for d in drafts if d.subtype in pool[d.template.id])
+        query_abstain = Counter(d.template.id for d in drafts if d.subtype in QUERY_ABSTAIN)
 
         def fill(tid: str, side: str, n: int) -> int:
             start = len(drafts)
-            open_slots = [s for s in sides[tid][side] if not s.exhausted]
+            open_slots = [s for s in sides[tid][side] if not s.exhausted
+                          and not (s.subtype == LEXICAL and s.made >= query_abstain[tid])]
             got = self._round_robin(open_slots, n, drafts, bar) if open_slots else n
             made.update((d.template.id, d.noise["expected"].kind) for d in drafts[start:])
+            query_abstain.update(d.template.id for d in drafts[start:] if d.subtype in QUERY_ABSTAIN)
             return n - got
 
         def drop(tid: str, side: str, n: int) -> None:
@@ -353,11 +356,23 @@ class Builder:
             for i in reversed(at[len(at) - n:] if n > 0 else []):
                 d = drafts.pop(i)
                 made[(tid, side)] -= 1
+                query_abstain[tid] -= d.subtype in QUERY_ABSTAIN
                 for slot in sides[tid][side]:
                     if slot.subtype == d.subtype:
                         slot.made -= 1
             bar.update(-max(n, 0))
 
+        for tid in both:  # 0. lexical variation: at most the template's other unmarked query twins (as planned)
+            lexical = [s for s in sides[tid]["answer"] if s.subtype == LEXICAL]
+            surplus = sum(s.made for s in lexical) - query_abstain[tid]
+            if lexical and surplus > 0:
+                at = [i for i, d in enumerate(drafts) if d.template.id == tid and d.subtype == LEXICAL]
+                for i in reversed(at[len(at) - surplus:]):
+                    drafts.pop(i)
+                made[(tid, "answer")] -= surplus
+                lexical[0].made -= surplus
+                bar.update(-surplus)
+        # (from here on ``fill`` skips a lexical slot that has reached the template's abstaining query twins)
         for tid in both:  # 1. top up a template's short side from its own slots; drop what stays unmatched
             gap = made[(tid, "answer")] - made[(tid, "abstain")]
             if gap > 0:

@@ -23,7 +23,9 @@ Distribution (both configs; ``paper`` targets exactly 5,486 pairs, ``small`` 300
    abstention keep their step-4 quotas: with every other template at one half (answer share at
    most one half), telling them apart gains a text-only classifier nothing over the majority rate.
 
-The builder keeps step 5 through the build (``Builder._settle``): a template whose first pass
+The builder keeps step 5 through the build (``Builder._settle``): lexical twins beyond the
+template's realised unmarked abstaining query twins are dropped (and not made again);
+a template whose first pass
 left one outcome short is topped up from its own slots of that outcome, and a surplus it cannot
 match is dropped; the pairs then missing are made in answer/abstain couples of one template
 (round robin, first inside the cell that lost them, then over all templates), and only what
@@ -174,6 +176,7 @@ def balance_outcomes(quotas: dict[tuple[str, str], int], subtypes: dict[str, lis
 
 
 _QUERY = ("nonexistent_entity", "false_premise", "temporal_mismatch", "lexical_variation", "out_of_scope")
+QUERY_ABSTAIN = ("nonexistent_entity", "false_premise", "temporal_mismatch")  # unmarked abstaining query subtypes
 
 
 def balanced_subtypes(tid: str, subs: Iterable[str], outcomes: dict[tuple[str, str], str]) -> list[str]:
