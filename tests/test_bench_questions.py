@@ -58,11 +58,12 @@ def _pairs(tasks, subtype):
 
 
 # The issue's targets: overall <= 0.55, query-level <= 0.60, answer-vs-abstain within 5 points of
-# the majority rate (overall and on query-level pairs). On this build: overall 0.51, query-level
-# 0.54 (lexical variation 0.53, out of scope 0.69), answer-vs-abstain 0.60 against a 0.59 majority
-# (query-level pairs: 0.76 against 0.76). Before clean questions used clinicians' aliases and the
-# plan balanced every template's outcomes: 0.54, 0.61 (lexical 0.72), 0.65 vs 0.51 (0.73 vs 0.75);
-# before the query-level noise was rewritten: 0.55, 0.72, majority + 0.12 (query-level + 0.13).
+# the majority rate (overall and on query-level pairs). On this build: overall 0.50, query-level
+# 0.56, answer-vs-abstain 0.58 against a 0.59 majority (query-level pairs: 0.81 against 0.81).
+# Before clean questions used clinicians' aliases and the plan balanced every template's outcomes:
+# 0.54, 0.61 (lexical variation 0.72), 0.65 vs 0.51 (0.73 vs 0.75); before the query-level noise
+# was rewritten: 0.55, 0.72, majority + 0.12 (query-level + 0.13). On the `paper` build (1k
+# patients) the query-level probe is still 0.66 (out of scope 0.89): see the README.
 
 
 def test_question_text_does_not_reveal_the_variant(validity):
@@ -151,11 +152,14 @@ def test_built_templates_are_balanced_by_outcome(built):
            if made[(t.id, "abstain")] - made[(t.id, "answer")] not in (0, 1)}
     assert len(both) >= 60 and len(off) <= len(both) // 20, off
     assert all(abs(a - b) <= 2 for a, b in off.values()), off
-    # inside the query level, lexical twins (answered) are at most the template's other unmarked ones
+    # inside the query level, lexical twins (answered) are at most the template's other unmarked ones —
+    # except by a pair or two where lexical variation is the template's only answering subtype left
     sub = Counter((t.template_id, t.noise.subtype) for t in built if t.variant == "noise")
-    over = {t.id for t in both if sub[(t.id, "lexical_variation")] > sum(
-        sub[(t.id, s)] for s in ("nonexistent_entity", "false_premise", "temporal_mismatch"))}
-    assert not over, over
+    over = {t.id: sub[(t.id, "lexical_variation")] - sum(sub[(t.id, s)] for s in
+                                                         ("nonexistent_entity", "false_premise", "temporal_mismatch"))
+            for t in both}
+    over = {k: v for k, v in over.items() if v > 0}
+    assert len(over) <= len(both) // 10 and all(v <= 2 for v in over.values()), over
 
 
 # ---------------------------------------------------------------- out of scope
