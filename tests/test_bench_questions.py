@@ -12,10 +12,10 @@ import pytest
 
 from ehrgym.bench.answers import gold_from_rows
 from ehrgym.bench.build import build_benchmark
-from ehrgym.bench.configs import BuildConfig
+from ehrgym.bench.configs import BuildConfig, balanced_subtypes, plan_quotas
 from ehrgym.bench.noise.cleaning import plain_relation
 from ehrgym.bench.noise import INJECTORS
-from ehrgym.bench.noise.lexicon import CODES, LEXICON, variants
+from ehrgym.bench.noise.lexicon import ALIAS_SHARE, CODES, LEXICON, aliases, is_misspelling, variants
 from ehrgym.bench.noise.query import counts
 from ehrgym.bench.noise.scope import FRAMES
 from ehrgym.bench.noise.similar import group_of
@@ -58,45 +58,39 @@ def _pairs(tasks, subtype):
 
 
 # The issue's targets: overall <= 0.55, query-level <= 0.60, answer-vs-abstain within 5 points of
-# the majority rate. On this build today: overall 0.55, query-level 0.64, answer-vs-abstain
-# majority + 0.07 (on query-level pairs: majority + 0.00); before the query-level noise was
-# rewritten: 0.55, 0.72, majority + 0.12 (query-level pairs: + 0.13). The guards below fail on the
-# old shortcuts; the targets not yet met are strict xfails, which fail (and must be promoted to
-# plain tests) as soon as they pass.
+# the majority rate (overall and on query-level pairs). On this build: overall 0.50, query-level
+# 0.56, answer-vs-abstain 0.58 against a 0.59 majority (query-level pairs: 0.81 against 0.81).
+# Before clean questions used clinicians' aliases and the plan balanced every template's outcomes:
+# 0.54, 0.61 (lexical variation 0.72), 0.65 vs 0.51 (0.73 vs 0.75); before the query-level noise
+# was rewritten: 0.55, 0.72, majority + 0.12 (query-level + 0.13). On the `paper` build (1k
+# patients) the query-level probe is still 0.66 (out of scope 0.89): see the README.
 
 
 def test_question_text_does_not_reveal_the_variant(validity):
     overall, query = validity["clean_vs_noise"], validity["clean_vs_noise_query"]
     assert overall["n_test"] >= 200 and query["n_test"] >= 80
     assert overall["accuracy"] <= 0.55, overall
-    assert query["accuracy"] <= 0.68, query
-    # no query-level subtype is given away by its own wording (was: out of scope 0.86, temporal 0.71)
+    # no query-level subtype is given away by its own wording (was: out of scope 0.86, temporal 0.71,
+    # lexical variation 0.72)
     assert query["by_subtype"]["out_of_scope"] <= 0.78, query
     assert query["by_subtype"]["temporal_mismatch"] <= 0.68, query
+    assert query["by_subtype"]["lexical_variation"] <= 0.65, query
 
 
-@pytest.mark.xfail(strict=True, reason="lexical twins stand out from clean questions that quote database "
-                                       "strings, and an out-of-scope question has to name what no table holds")
 def test_query_level_target(validity):
-    assert validity["clean_vs_noise_query"]["accuracy"] <= 0.60
+    assert validity["clean_vs_noise_query"]["accuracy"] <= 0.60, validity["clean_vs_noise_query"]
 
 
-@pytest.mark.xfail(strict=False, reason="measured 0.77 against a majority of 0.70 after merging the harder cohort "
-                                        "templates (0.73 vs 0.73 before): which query-level subtypes a template "
-                                        "admits still shows in its wording")
 def test_query_noise_does_not_reveal_the_expected_outcome(validity):
     probe = validity["answer_vs_abstain_query"]
     assert probe["n_test"] >= 50
     assert probe["accuracy"] <= probe["majority"] + 0.05, probe
 
 
-@pytest.mark.xfail(strict=True, reason="a template's wording predicts its mix of record/value subtypes (count "
-                                       "templates carry duplicates, expected answer; single-value templates "
-                                       "carry missing values, expected abstention): a quota-plan matter")
 def test_answer_vs_abstain_target(validity):
     probe = validity["answer_vs_abstain"]
     assert probe["n_test"] >= 100
-    assert probe["accuracy"] <= probe["majority"] + 0.05
+    assert probe["accuracy"] <= probe["majority"] + 0.05, probe
 
 
 def test_the_probes_give_the_same_numbers_in_worker_processes(built, validity):
@@ -111,6 +105,66 @@ def test_the_probe_catches_a_planted_shortcut(built):
     probe = text_validity(planted)
     assert probe["clean_vs_noise_query"]["accuracy"] >= 0.75
     assert probe["answer_vs_abstain"]["accuracy"] >= probe["answer_vs_abstain"]["majority"] + 0.1
+
+
+# ---------------------------------------------------------------- outcome balance per template
+
+
+def test_plan_gives_every_template_half_answer_half_abstain():
+    from ehrgym.vocab import NOISE_SUBTYPES
+
+    applicable = {
+        ("labs", "patient", "count"): ["duplicate_records", "missing_evidence", "out_of_scope"],
+        ("labs", "patient", "value"): ["missing_value", "unit_mismatch", "lexical_variation", "out_of_scope"],
+        ("labs", "patient", "only"): ["missing_evidence", "nonexistent_entity"],
+    }
+    outcomes = {("count", "duplicate_records"): "answer", ("count", "missing_evidence"): "abstain",
+                ("count", "out_of_scope"): "abstain", ("value", "missing_value"): "abstain",
+                ("value", "unit_mismatch"): "answer", ("value", "lexical_variation"): "answer",
+                ("value", "out_of_scope"): "abstain", ("only", "missing_evidence"): "abstain",
+                ("only", "nonexistent_entity"): "abstain"}
+    plain = plan_quotas(301, applicable, NOISE_SUBTYPES)
+    balanced = plan_quotas(301, applicable, NOISE_SUBTYPES, outcomes=outcomes)
+    assert sum(balanced.values()) == 301
+    for tid in ("count", "value", "only"):
+        total = sum(q for (t, _), q in plain.items() if t == tid)
+        assert sum(q for (t, _), q in balanced.items() if t == tid) == total  # template shares unchanged
+        # out of scope (its words mark it) keeps its quota and stays out of the balance
+        assert balanced.get((tid, "out_of_scope")) == plain.get((tid, "out_of_scope"))
+        unmarked = total - plain.get((tid, "out_of_scope"), 0)
+        answer = sum(q for (t, s), q in balanced.items() if t == tid and outcomes[(t, s)] == "answer")
+        assert answer == (unmarked // 2 if tid != "only" else 0), (tid, balanced)
+    assert plain[("count", "duplicate_records")] != balanced[("count", "duplicate_records")]
+    # lexical variation: at most as many as the template's other unmarked query twins (none here)
+    assert balanced.get(("value", "lexical_variation"), 0) == 0 < plain[("value", "lexical_variation")]
+
+
+def test_built_templates_are_balanced_by_outcome(built):
+    """The build keeps step 5 of the plan: in every template whose subtypes allow both outcomes,
+    the noisy twins expecting an answer are half (rounded down) of them."""
+    from collections import Counter
+
+    from ehrgym.bench.builder import outcome_of
+    from ehrgym.bench.noise import INJECTORS
+    from ehrgym.vocab import NOISE_SUBTYPES
+
+    pools = {t.id: balanced_subtypes(t.id, subs, {(t.id, s): outcome_of(t, s) for s in subs})
+             for t in all_templates() for subs in [[s for s in NOISE_SUBTYPES if INJECTORS[s].applies(t)]]}
+    made = Counter((t.template_id, t.expected.kind) for t in built
+                   if t.variant == "noise" and t.noise.subtype in pools[t.template_id])
+    both = [t for t in all_templates() if pools[t.id]]
+    off = {t.id: (made[(t.id, "answer")], made[(t.id, "abstain")]) for t in both
+           if made[(t.id, "abstain")] - made[(t.id, "answer")] not in (0, 1)}
+    assert len(both) >= 60 and len(off) <= len(both) // 20, off
+    assert all(abs(a - b) <= 2 for a, b in off.values()), off
+    # inside the query level, lexical twins (answered) are at most the template's other unmarked ones —
+    # except by a pair or two where lexical variation is the template's only answering subtype left
+    sub = Counter((t.template_id, t.noise.subtype) for t in built if t.variant == "noise")
+    over = {t.id: sub[(t.id, "lexical_variation")] - sum(sub[(t.id, s)] for s in
+                                                         ("nonexistent_entity", "false_premise", "temporal_mismatch"))
+            for t in both}
+    over = {k: v for k, v in over.items() if v > 0}
+    assert len(over) <= len(both) // 10 and all(v <= 2 for v in over.values()), over
 
 
 # ---------------------------------------------------------------- out of scope
@@ -257,7 +311,33 @@ def test_other_query_twins_keep_the_clean_frame(built):
         for clean, noisy in _pairs(built, sub):
             t = get_template(clean.template_id)
             frame = t.paraphrases[clean.meta["paraphrase"]]
-            params = _entity({**clean.meta["entity"], **noisy.meta.get("noisy_entity", {})})
+            assert clean.question == render_text(frame, _entity({**clean.meta["entity"],
+                                                                  **clean.meta.get("shown", {})}))
+            params = _entity({**clean.meta["entity"], **noisy.meta.get("noisy_entity", {}),
+                              **noisy.meta.get("shown", {})})
             if sub == "lexical_variation":
                 params[noisy.noise.question_edit["param"]] = noisy.noise.question_edit["to"]
+            else:  # the twin names the concept the way its clean question does
+                assert noisy.meta.get("shown", {}).keys() == clean.meta.get("shown", {}).keys(), noisy.question
             assert noisy.question == render_text(frame, params), (sub, noisy.question)
+
+
+def test_clean_questions_use_clinicians_aliases_too(built):
+    """An alias is no cue for noise: clean questions name a concept by one for about half the
+    entities, whatever the noise, and a lexical twin shows another alias where the name has one."""
+    with_alias = [t for t in built if t.variant == "clean" and get_template(t.template_id).lexical
+                  and aliases(str(t.meta["entity"][get_template(t.template_id).lexical]))]
+    lexical_pairs = {t.pair_id for t in built if t.noise is not None and t.noise.subtype == "lexical_variation"}
+    for group in ([t for t in with_alias if t.pair_id not in lexical_pairs],
+                  [t for t in with_alias if t.pair_id in lexical_pairs]):
+        share = sum("shown" in t.meta for t in group) / len(group)
+        assert len(group) >= 30 and abs(share - ALIAS_SHARE) <= 0.15, share
+    for clean, noisy in _pairs(built, "lexical_variation"):
+        edit = noisy.noise.question_edit
+        shown = clean.meta.get("shown", {}).get(edit["param"], edit["from"])
+        assert edit["to"] != shown
+        if set(aliases(edit["from"])) - {shown}:
+            assert edit["to"] in aliases(edit["from"]), (clean.question, noisy.question)
+    assert not is_misspelling("K", "serum potassium") and not is_misspelling("Lasix", "furosemide")
+    assert is_misspelling("potasium", "serum potassium") and is_misspelling("hemoglobine", "hemoglobin")
+    assert "potasium" not in aliases("serum potassium") and "Hgb" in aliases("Hemoglobin")

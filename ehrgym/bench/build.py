@@ -51,7 +51,9 @@ def build_benchmark(db: str | Path, out: str | Path, config: str | BuildConfig =
             "db_content_hash": bookkeeping.get("content_hash"), "ood_templates": held,
             "distribution": ("even over (intent, level) cells with templates, then over noise levels and "
                              "subtypes, then over templates in proportion to their tier weight "
-                             f"{list(cfg.tier_weights)}; deficits of a slot go to its cell, then to all slots "
+                             f"{list(cfg.tier_weights)}; inside a template half the noisy twins expect an answer, "
+                             "half an abstention (where its subtypes allow both); deficits are made in "
+                             "answer/abstain couples of one template, in the cell first, then anywhere "
                              "(ehrgym.bench.configs)"),
             # what this database could not support (e.g. a demo copy without icu/chartevents)
             "limitations": list(builder.stats.warnings)}

@@ -22,11 +22,12 @@ from tqdm import tqdm
 
 from ehrgym.bench.answers import NotComparable, answers_match, format_answer, gold_from_rows
 from ehrgym.bench.complexity import sql_complexity, sql_tables
-from ehrgym.bench.configs import BuildConfig, plan_quotas
+from ehrgym.bench.configs import LEXICAL, MARKED_SUBTYPES, QUERY_ABSTAIN, BuildConfig, balanced_subtypes, plan_quotas
 from ehrgym.bench.noise import INJECTORS, InjectContext, Injection
 from ehrgym.bench.noise.cleaning import plain_relation, relation
+from ehrgym.bench.noise.lexicon import shown_name
 from ehrgym.bench.sampling import Candidate, sample_candidates
-from ehrgym.bench.sqlrender import json_value, render_sql, render_text
+from ehrgym.bench.sqlrender import json_value, render_sql, render_text, text_value
 from ehrgym.bench.task import Expected, Task
 from ehrgym.bench.templates.base import Template
 from ehrgym.bench.templates.registry import all_templates
@@ -126,7 +127,8 @@ class Builder:
     def _plan(self, templates: list[Template]) -> dict[tuple[str, str], int]:
         table = {(t.intent, t.level, t.id): self.applicable(t) for t in templates}
         weights = {t.id: float(self.config.tier_weights[t.tier - 1]) for t in templates}
-        return plan_quotas(self.config.pairs, table, NOISE_SUBTYPES, weights)
+        outcomes = {(t.id, s): outcome_of(t, s) for t in templates for s in self.applicable(t)}
+        return plan_quotas(self.config.pairs, table, NOISE_SUBTYPES, weights, outcomes)
 
     def _draw(self, t: Template, need: int) -> None:
         """Draw candidates until ``need`` are eligible (real data has naturally noisy entities)."""
@@ -204,10 +206,11 @@ class Builder:
         clean_value, clean_sql = clean
         rng = np.random.default_rng([self.seed, _stable_int(t.id), c.index, SUBTYPE_ORDER.index(subtype)])
         paraphrase = int(rng.integers(0, len(t.paraphrases)))
+        shown = shown_params(t, c.params, self._display_draw(t, c))
         with _Clock(self.stats, "verification"):
             self.verifier.clean()
             ctx = InjectContext(self.verifier.con, t, dict(c.params), clean_value, rng, max_ids=self.max_ids,
-                               paraphrase=paraphrase)
+                               paraphrase=paraphrase, shown=shown)
             try:
                 inj = INJECTORS[subtype].inject(ctx)
             except Exception as exc:  # noqa: BLE001
@@ -235,19 +238,28 @@ class Builder:
                inj: Injection, naive_sql: str, robust_sql: str | None, trap_value: Any,
                trap_margin: float | None = None) -> Draft:
         entity = {k: json_value(v) for k, v in sorted(c.params.items())}
-        question = render_text(t.paraphrases[paraphrase], c.params)
+        draw = self._display_draw(t, c)
+        shown = shown_params(t, c.params, draw)
+        question = render_text(t.paraphrases[paraphrase], {**c.params, **shown})
         noisy_params = inj.params or c.params
-        noisy_question = inj.question or render_text(t.paraphrases[paraphrase], noisy_params)
+        noisy_shown = shown
+        if t.lexical and noisy_params.get(t.lexical) != c.params.get(t.lexical):
+            # a lexical twin shows its own form; a false premise names the other concept the same way
+            noisy_shown = {} if subtype == "lexical_variation" else shown_params(t, noisy_params, draw)
+        noisy_question = inj.question or render_text(t.paraphrases[paraphrase], {**noisy_params, **noisy_shown})
         subjects = [int(c.params["subject_id"])] if t.level == "patient" and "subject_id" in c.params else []
         base_meta = {"answer_type": t.answer.type, "subject_ids": subjects, "entity": entity,
                      "paraphrase": paraphrase, "template_description": t.description, "tier": t.tier}
         clean = {"question": question, "gold_sql": clean_sql, "naive_sql": clean_sql,
                  "expected": Expected("answer", t.answer, clean_value),
-                 "meta": {**base_meta, "evidence_sql": evidence_sql(t, c.params)}}
+                 "meta": {**base_meta, "evidence_sql": evidence_sql(t, c.params),
+                          **({"shown": shown} if shown else {})}}
         gold_sql = robust_sql if inj.expected_kind == "answer" else naive_sql
         expected = (Expected("answer", t.answer, clean_value) if inj.expected_kind == "answer"
                     else Expected("abstain", t.answer, None, inj.reason))
         noise_meta = {**base_meta, "evidence_sql": evidence_sql(t, noisy_params), "trap_value": trap_value}
+        if noisy_shown and not inj.question:
+            noise_meta["shown"] = noisy_shown
         if trap_margin is not None:
             noise_meta["trap_margin"] = round(float(trap_margin), 6)
         if inj.params is not None:
@@ -255,6 +267,11 @@ class Builder:
         noise = {"question": noisy_question, "gold_sql": gold_sql, "naive_sql": naive_sql, "expected": expected,
                  "noise": inj.noise, "meta": noise_meta}
         return Draft(t, subtype, dict(c.params), clean, noise)
+
+    def _display_draw(self, t: Template, c: Candidate) -> tuple[float, int]:
+        """Per entity, whatever the noise: whether and which alias its questions name the concept by."""
+        rng = np.random.default_rng([self.seed, _stable_int(t.id, "display"), c.index])
+        return float(rng.random()), int(rng.integers(0, 1 << 30))
 
     # ---------------------------------------------------------------- filling slots
     def _fill(self, slot: _Slot, wanted: int, drafts: list[Draft], bar: Any) -> int:
@@ -300,15 +317,7 @@ class Builder:
         else:
             for slot in slots:
                 self._fill(slot, slot.quota, drafts, bar)
-        deficit: Counter = Counter()
-        for slot in slots:
-            deficit[(slot.template.intent, slot.template.level)] += slot.quota - slot.made
-        for cell in sorted(deficit):  # deficits go to the cell's other slots first, then anywhere
-            cell_slots = [s for s in slots if (s.template.intent, s.template.level) == cell]
-            deficit[cell] = self._round_robin(cell_slots, deficit[cell], drafts, bar)
-        remaining = sum(deficit.values())
-        if remaining:
-            remaining = self._round_robin(slots, remaining, drafts, bar)
+        remaining = self._settle(slots, drafts, bar)
         bar.close()
         if remaining:
             msg = (f"only {len(drafts)} of {self.config.pairs} pairs could be verified on this database "
@@ -316,6 +325,102 @@ class Builder:
             self.stats.warnings.append(msg)
             warnings.warn(msg, BenchmarkBuildWarning, stacklevel=2)
         return drafts
+
+    def _settle(self, slots: list[_Slot], drafts: list[Draft], bar: Any) -> int:
+        """After the first pass: keep every template at half answer / half abstain (step 5 of the
+        plan, ``ehrgym.bench.configs``) and make the pairs still missing; returns the shortfall."""
+        pool = {t.id: set(balanced_subtypes(t.id, self.applicable(t), {(t.id, s): outcome_of(t, s)
+                                                                        for s in self.applicable(t)}))
+                for t in {slot.template.id: slot.template for slot in slots}.values()}
+        sides: dict[str, dict[str, list[_Slot]]] = defaultdict(lambda: {"answer": [], "abstain": []})
+        for slot in slots:
+            if slot.subtype in pool[slot.template.id]:
+                sides[slot.template.id][outcome_of(slot.template, slot.subtype)].append(slot)
+        both = sorted(tid for tid, ss in sides.items() if ss["answer"] and ss["abstain"])
+        cell_of = {slot.template.id: (slot.template.intent, slot.template.level) for slot in slots}
+        made = Counter((d.template.id, d.noise["expected"].kind) for d in drafts if d.subtype in pool[d.template.id])
+        query_abstain = Counter(d.template.id for d in drafts if d.subtype in QUERY_ABSTAIN)
+
+        def fill(tid: str, side: str, n: int) -> int:
+            start = len(drafts)
+            open_slots = [s for s in sides[tid][side] if not s.exhausted
+                          and not (s.subtype == LEXICAL and s.made >= query_abstain[tid])]
+            got = self._round_robin(open_slots, n, drafts, bar) if open_slots else n
+            made.update((d.template.id, d.noise["expected"].kind) for d in drafts[start:])
+            query_abstain.update(d.template.id for d in drafts[start:] if d.subtype in QUERY_ABSTAIN)
+            return n - got
+
+        def drop(tid: str, side: str, n: int) -> None:
+            at = [i for i, d in enumerate(drafts) if d.template.id == tid and d.noise["expected"].kind == side
+                  and d.subtype in pool[tid]]
+            for i in reversed(at[len(at) - n:] if n > 0 else []):
+                d = drafts.pop(i)
+                made[(tid, side)] -= 1
+                query_abstain[tid] -= d.subtype in QUERY_ABSTAIN
+                for slot in sides[tid][side]:
+                    if slot.subtype == d.subtype:
+                        slot.made -= 1
+            bar.update(-max(n, 0))
+
+        for tid in both:  # 0. lexical variation: at most the template's other unmarked query twins (as planned)
+            lexical = [s for s in sides[tid]["answer"] if s.subtype == LEXICAL]
+            surplus = sum(s.made for s in lexical) - query_abstain[tid]
+            if lexical and surplus > 0:
+                at = [i for i, d in enumerate(drafts) if d.template.id == tid and d.subtype == LEXICAL]
+                for i in reversed(at[len(at) - surplus:]):
+                    drafts.pop(i)
+                made[(tid, "answer")] -= surplus
+                lexical[0].made -= surplus
+                bar.update(-surplus)
+        # (from here on ``fill`` skips a lexical slot that has reached the template's abstaining query twins)
+        for tid in both:  # 1. top up a template's short side from its own slots; drop what stays unmatched
+            gap = made[(tid, "answer")] - made[(tid, "abstain")]
+            if gap > 0:
+                fill(tid, "abstain", gap)
+                drop(tid, "answer", made[(tid, "answer")] - made[(tid, "abstain")])
+            elif gap < -1:
+                fill(tid, "answer", -gap - 1)
+                drop(tid, "abstain", made[(tid, "abstain")] - made[(tid, "answer")] - 1)
+        quota: Counter = Counter()
+        for slot in slots:
+            quota[(slot.template.intent, slot.template.level)] += slot.quota
+        have = Counter((d.template.intent, d.template.level) for d in drafts)
+        deficit = {cell: quota[cell] - have[cell] for cell in sorted(quota)}
+        closed: set[str] = set()
+
+        def couples(tids: list[str], n: int) -> int:
+            """Make ``n`` pairs as answer/abstain couples of one template, round robin."""
+            while n > 0:
+                open_tids = [tid for tid in tids if tid not in closed]
+                if not open_tids:
+                    break
+                for tid in open_tids:
+                    if n <= 0:
+                        break
+                    a, b = made[(tid, "answer")], made[(tid, "abstain")]
+                    order = ("answer", "abstain") if n >= 2 else ("answer",) if b > a else ("abstain",)
+                    got = [fill(tid, side, 1) for side in order]
+                    if not all(got):
+                        closed.add(tid)
+                        for side, g in zip(order, got):
+                            if g:
+                                drop(tid, side, 1)  # half a couple would tip the template
+                        continue
+                    n -= len(order)
+            return n
+
+        for cell in sorted(deficit):  # 2. the cell's missing pairs in couples, then with abstain-only slots
+            if deficit[cell] > 0:
+                deficit[cell] = couples([tid for tid in both if cell_of[tid] == cell], deficit[cell])
+        remaining = sum(max(d, 0) for d in deficit.values())
+        remaining = couples(both, remaining)  # 3. anywhere in couples
+        single = [s for s in slots if s.template.id not in both and s.subtype not in MARKED_SUBTYPES
+                  and outcome_of(s.template, s.subtype) == "abstain"]
+        if remaining:  # 4. one-outcome templates (abstain-only keep the balance), then any slot
+            remaining = self._round_robin(single, remaining, drafts, bar)
+        if remaining:
+            remaining = self._round_robin(slots, remaining, drafts, bar)
+        return remaining
 
     def _round_robin(self, slots: list[_Slot], deficit: int, drafts: list[Draft], bar: tqdm) -> int:
         while deficit > 0:
@@ -466,6 +571,21 @@ def _fill_worker(args: tuple[WorkerJob, str | None]) -> dict[str, Any]:
     finally:
         bar.close()
         b.close()
+
+
+def shown_params(t: Template, params: dict[str, Any], draw: tuple[float, int], force: bool = False) -> dict[str, str]:
+    """The alias a question shows for the template's name parameter (empty: the name itself); see
+    :func:`ehrgym.bench.noise.lexicon.shown_name`."""
+    if not t.lexical or t.lexical not in params:
+        return {}
+    name = text_value(params[t.lexical])
+    form = shown_name(name, draw[0], draw[1], force=force)
+    return {t.lexical: form} if form != name else {}
+
+
+def outcome_of(t: Template, subtype: str) -> str:
+    """The expected outcome (answer | abstain) of a noisy twin of ``t`` with ``subtype``."""
+    return INJECTORS[subtype].expected(t)[0]
 
 
 def _round_trips(value: Any, spec) -> bool:

@@ -11,12 +11,27 @@ Distribution (both configs; ``paper`` targets exactly 5,486 pairs, ``small`` 300
    supports (record: 4 subtypes, value: 4, query: 5);
 4. inside a (cell, subtype), over the templates that support it in proportion to their
    difficulty-tier weight (``tier_weights``: tiers 1, 2, 3 — see ``templates.base.TIERS``), so
-   that harder templates get a larger share without changing the balance of steps 1-3.
+   that harder templates get a larger share without changing the balance of steps 1-3;
+5. outcome balance: inside every template that has subtypes of both expected outcomes (answer
+   and abstain, ``Injector.expected``), its total is re-split so that half its noisy twins (rounded
+   down) expect an answer and the rest an abstention — each side over that outcome's subtypes in
+   proportion to their step-4 quotas. Out-of-scope twins (``MARKED_SUBTYPES``: their words say
+   the question cannot be answered) keep their step-4 quota outside this count, and lexical
+   variation gets at most as many pairs as the template's other unmarked query subtypes. A template's wording then does not predict the outcome of
+   its noisy twin (a count template would otherwise carry mostly answered duplicates, a single-
+   value template mostly abstained missing values). Templates whose subtypes all expect an
+   abstention keep their step-4 quotas: with every other template at one half (answer share at
+   most one half), telling them apart gains a text-only classifier nothing over the majority rate.
 
-A slot (template × subtype) that runs out of verifiable candidates hands its deficit first to
-the other slots of its cell, then to every slot (round robin in sorted order), so the total is
-met exactly whenever the database has enough entities. The card records the realised
-distribution and the build report any shortfall.
+The builder keeps step 5 through the build (``Builder._settle``): lexical twins beyond the
+template's realised unmarked abstaining query twins are dropped (and not made again);
+a template whose first pass
+left one outcome short is topped up from its own slots of that outcome, and a surplus it cannot
+match is dropped; the pairs then missing are made in answer/abstain couples of one template
+(round robin, first inside the cell that lost them, then over all templates), and only what
+couples cannot fill goes to abstain-only templates, then to any slot. The total is met exactly
+whenever the database has enough entities. The card records the realised distribution and the
+build report any shortfall.
 """
 
 from __future__ import annotations
@@ -91,11 +106,13 @@ def weighted_split(total: int, weights: dict[K, float]) -> dict[K, int]:
 
 
 def plan_quotas(total: int, applicable: dict[tuple[str, str, str], list[str]],
-                noise_level: dict[str, str], weights: dict[str, float] | None = None) -> dict[tuple[str, str], int]:
+                noise_level: dict[str, str], weights: dict[str, float] | None = None,
+                outcomes: dict[tuple[str, str], str] | None = None) -> dict[tuple[str, str], int]:
     """Slot quotas ``{(template_id, subtype): pairs}``.
 
     ``applicable`` maps ``(intent, level, template_id)`` to the subtypes the template supports;
-    ``weights`` (template id -> weight, default 1) sets the templates' shares in step 4.
+    ``weights`` (template id -> weight, default 1) sets the templates' shares in step 4;
+    ``outcomes`` (``(template_id, subtype)`` -> ``"answer"``/``"abstain"``) turns on step 5.
     """
     from ehrgym.vocab import INTENTS, LEVELS, NOISE_LEVELS, NOISE_SUBTYPES
 
@@ -114,4 +131,65 @@ def plan_quotas(total: int, applicable: dict[tuple[str, str, str], list[str]],
                 for tid, q in weighted_split(sub_q, shares).items():
                     if q:
                         quotas[(tid, sub)] = q
+    if outcomes is not None:
+        quotas = balance_outcomes(quotas, {tid: subs for (_, _, tid), subs in applicable.items()}, outcomes)
     return quotas
+
+
+# Subtypes whose question states in its own words that it cannot be answered (an out-of-scope
+# twin names what no table holds): they keep their step-4 quota and stay out of the outcome
+# balance, so that their recognisable wording does not tip the rest of a template's twins.
+MARKED_SUBTYPES: tuple[str, ...] = ("out_of_scope",)
+LEXICAL = "lexical_variation"
+
+
+def balance_outcomes(quotas: dict[tuple[str, str], int], subtypes: dict[str, list[str]],
+                     outcomes: dict[tuple[str, str], str]) -> dict[tuple[str, str], int]:
+    """Step 5 of the plan: every template with (unmarked) subtypes of both outcomes gets half its
+    unmarked total (rounded down) on its answer subtypes and the rest on its abstain subtypes, each
+    side split in proportion to the step-4 quotas of that side (evenly where they are all zero).
+    Inside the query level the answer subtype (lexical variation) then gets at most as many pairs
+    as the template's unmarked abstaining query subtypes; any excess goes to its other answer
+    subtypes."""
+    pools = {tid: balanced_subtypes(tid, subs, outcomes) for tid, subs in subtypes.items()}
+    totals: dict[str, int] = {}
+    for (tid, s), q in quotas.items():
+        if s in pools.get(tid, ()):
+            totals[tid] = totals.get(tid, 0) + q
+    out = {k: q for k, q in quotas.items() if k[1] not in pools.get(k[0], ())}
+    for tid, total in sorted(totals.items()):
+        subs = pools[tid]
+        answer = total // 2
+        share: dict[str, int] = {}
+        for side, n in (("answer", answer), ("abstain", total - answer)):
+            members = [s for s in subs if outcomes[(tid, s)] == side]
+            share.update(weighted_split(n, {s: float(quotas.get((tid, s), 0)) for s in members}))
+        query_abstain = sum(q for s, q in share.items() if s in _QUERY and outcomes[(tid, s)] == "abstain")
+        others = [s for s in subs if outcomes[(tid, s)] == "answer" and s != LEXICAL]
+        excess = share.get(LEXICAL, 0) - query_abstain
+        if excess > 0 and others:
+            share[LEXICAL] -= excess
+            for s, q in weighted_split(excess, {s: float(share.get(s, 0)) for s in others}).items():
+                share[s] = share.get(s, 0) + q
+        out.update({(tid, s): q for s, q in share.items() if q})
+    return out
+
+
+_QUERY = ("nonexistent_entity", "false_premise", "temporal_mismatch", "lexical_variation", "out_of_scope")
+QUERY_ABSTAIN = ("nonexistent_entity", "false_premise", "temporal_mismatch")  # unmarked abstaining query subtypes
+
+
+def balanced_subtypes(tid: str, subs: Iterable[str], outcomes: dict[tuple[str, str], str]) -> list[str]:
+    """The subtypes of a template that step 5 balances: all but the marked ones — unless without
+    them only answers are left (a count template whose one abstention is out of scope), then all;
+    empty when they do not include both outcomes."""
+    subs = list(subs)
+    for pool in ([s for s in subs if s not in MARKED_SUBTYPES], subs):
+        if {outcomes[(tid, s)] for s in pool} == {"answer", "abstain"}:
+            return pool
+    return []
+
+
+def both_outcomes(tid: str, subtypes: dict[str, list[str]], outcomes: dict[tuple[str, str], str]) -> bool:
+    """Step 5 balances this template (its subtypes include both expected outcomes)."""
+    return bool(balanced_subtypes(tid, subtypes.get(tid, ()), outcomes))

@@ -56,6 +56,7 @@ class InjectContext:
     base: str = "base"
     max_ids: dict[tuple[str, ...], Any] = field(default_factory=dict)  # id facts cached across contexts
     paraphrase: int = 0  # index of the paraphrase both twins are written in
+    shown: dict[str, str] = field(default_factory=dict)  # parameter -> the alias the clean question shows
 
     @property
     def evidence(self):

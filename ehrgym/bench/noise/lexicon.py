@@ -7,6 +7,16 @@ misspellings they make — then keyboard-typo forms of its longest clinical word
 admission"): nobody types a misspelled internal code. Every curated form below was reviewed for
 being in real clinical use for exactly that name; template modules add the names they sample
 (drugs, diagnoses, organisms) through :func:`add_variants`.
+
+Clean questions speak the same way. The curated forms of a name that are not misspellings
+(:func:`aliases`: "Hgb", "K", "HR", "Lasix", "MICU", "E. coli") are names of the concept, so a
+clean question names the concept by one of them for a share ``ALIAS_SHARE`` of entities
+(:func:`shown_name`, drawn per entity, whatever the noise); the question's gold SQL matches the
+concept either way, and the choice does not depend on the noise. A lexical-variation twin shows
+another alias than its clean twin where the name has one (the forms clean questions use), else
+another variant (a misspelling): "has an abbreviation" is then no cue for noise. (Forcing an
+alias on the lexical pair's clean side made the alias itself a cue for "clean" wherever the name
+has only one: measured on a `paper` build, lexical variation 0.70.)
 """
 
 from __future__ import annotations
@@ -171,3 +181,46 @@ def variants(name: str) -> list[str]:
         i = shown.find(word)
         typos = [shown[:i] + t + shown[i + len(word):] for t in typo_variants(word)]
     return curated + [v for v in typos if v not in curated and v.casefold() != name.casefold()]
+
+
+# share of entities whose clean questions name the concept by an alias rather than its name
+ALIAS_SHARE = 0.5
+
+
+def _distance(a: str, b: str) -> int:
+    """Edit distance with adjacent transpositions (optimal string alignment)."""
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i] + [0] * len(b)
+        for j, cb in enumerate(b, 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb))
+            if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                cur[j] = min(cur[j], prev2[j - 2] + 1)
+        prev2, prev = prev, cur
+    return prev[-1]
+
+
+def is_misspelling(form: str, name: str) -> bool:
+    """A form that misspells a word of ``name`` (within two edits of it) rather than naming it
+    another way ("potasium", "creatnine"; not "K", "serum K", "heart-rate", "Lasix")."""
+    f, n = form.casefold(), name.casefold()
+    if (f in n or n in f) and abs(len(f) - len(n)) > 2:  # a word added or left out
+        return False
+    name_words = [w for w in re.findall(r"[a-z]+", n) if len(w) >= 4]
+    return any(w != v and _distance(w, v) <= 2 for w in re.findall(r"[a-z]+", f) for v in name_words)
+
+
+def aliases(name: str) -> list[str]:
+    """Curated forms of ``name`` that name it another way (no misspellings), in lexicon order."""
+    return [v for v in LEXICON.get(name.casefold(), ()) if v.casefold() != name.casefold()
+            and not is_misspelling(v, name)]
+
+
+def shown_name(name: str, draw: float, pick: int, force: bool = False) -> str:
+    """How a clean question names ``name``: an alias (the ``pick``-th, cyclically) when ``draw`` <
+    ``ALIAS_SHARE`` or ``force`` and the name has one, else the name itself."""
+    forms = aliases(name)
+    if forms and (force or draw < ALIAS_SHARE):
+        return forms[pick % len(forms)]
+    return name

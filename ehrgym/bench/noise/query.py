@@ -29,7 +29,7 @@ import numpy as np
 from ehrgym.bench.answers import gold_from_rows
 from ehrgym.bench.noise.base import InjectContext, Injection, Injector, register_injector
 from ehrgym.bench.noise.cleaning import plain_relation
-from ehrgym.bench.noise.lexicon import variants
+from ehrgym.bench.noise.lexicon import aliases, variants
 from ehrgym.bench.noise.scope import FRAMES, ends_clause, slot_kind, swap_phrases
 from ehrgym.bench.noise.similar import group_of
 from ehrgym.bench.noise.teaching import TeachingCard
@@ -203,6 +203,7 @@ BEFORE_DAYS: tuple[int, ...] = (7, 3, 14, 10, 30, 5)
 AFTER_DAYS: tuple[int, ...] = (30, 90, 180, 14, 365, 60)
 MAX_TRIES = 10  # candidate windows checked against the gold SQL
 YEAR_TRIES = 4  # candidate years (already filtered by the sampler) checked against the gold SQL
+YEAR_SPAN = 15  # a wrong year lies at most this far from the clean question's year
 
 
 @register_injector
@@ -243,16 +244,21 @@ class TemporalMismatch(Injector):
             old = int(ctx.params[tw.year])
             # years in which the sampler finds this cohort are not tried (they hold data)
             known = {int(y) for y in sampled_values(ctx, tw.year) if y is not None}
-            inside = [y for y in range(first.year, last.year + 1) if y != old and y not in known]
-            jitter = ctx.rng.random(len(inside))
-            order = [y for _, _, y in sorted(zip([abs(y - old) for y in inside], jitter, inside))]
-            order += [first.year - 1, last.year + 1]  # the years just outside, if no year inside is empty
+            inside = [y for y in range(max(first.year, old - YEAR_SPAN), min(last.year, old + YEAR_SPAN) + 1)
+                      if y != old and y not in known]
+            # years that clean questions of the template ask about (for other cohorts) first, drawn in
+            # proportion to how often they do: an empty year is then not a rare year
+            freq = value_frequency(ctx, tw.year)
+            weight = np.array([freq.get(y, 0) + 0.01 for y in inside], dtype=float)
+            keys = ctx.rng.random(len(inside)) ** (1.0 / weight) if inside else np.array([])
+            # (no fallback to the years just outside the database: no clean question asks about them,
+            # so such a year alone gave the twin away — measured on a `paper` build, 61 of 456 twins)
+            order = [y for _, y in sorted(zip(-keys, inside))]
             for new_year in order[:YEAR_TRIES]:
                 params[tw.year] = new_year
                 if self._no_answer(ctx, params):
                     edit = _edit("time_window", tw.year, old, new_year)
-                    where = "inside" if first.year <= new_year <= last.year else "next to"
-                    desc = f"no such record in {new_year} ({where} the database's years {first.year}-{last.year})"
+                    desc = f"no such record in {new_year} (inside the database's years {first.year}-{last.year})"
                     return Injection(self.spec(question_edit=edit, description=desc), "abstain", "false_premise",
                                      params=params)
             return None
@@ -309,7 +315,11 @@ class LexicalVariation(Injector):
         if ctx.template.answer.type == "boolean" and not ctx.clean_value:
             return None  # a name nobody matches already gives "no": the variation cannot trap here
         name = str(ctx.params[param])
-        forms = variants(name)
+        # the clean twin shows the name or an alias (drawn per entity, as for every subtype); the twin
+        # shows another alias where there is one — the forms clean questions use — else another variant
+        shown = ctx.shown.get(param, name)
+        forms = [f for f in aliases(name) if f.casefold() != shown.casefold()]
+        forms = forms or [f for f in variants(name) if f.casefold() != shown.casefold()]
         if not forms:
             return None
         new = forms[int(ctx.rng.integers(0, len(forms)))]
@@ -343,7 +353,8 @@ class OutOfScope(Injector):
         frames = [p for p in t.paraphrases if kind and "{" + t.lexical + "}" in p]
         if frames:
             frame = t.paraphrases[ctx.paraphrase] if t.paraphrases[ctx.paraphrase] in frames else frames[0]
-            phrases = swap_phrases(kind, str(ctx.params[t.lexical]), ends_clause(frame, t.lexical))
+            shown = ctx.shown.get(t.lexical, str(ctx.params[t.lexical]))  # as the clean twin names it
+            phrases = swap_phrases(kind, shown, ends_clause(frame, t.lexical))
             phrase = phrases[int(ctx.rng.integers(0, len(phrases)))]
             question = render_text(frame, {**ctx.params, t.lexical: phrase})
             desc = f"asks for the {phrase!r}, which no table holds"
