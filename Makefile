@@ -18,7 +18,7 @@ SPLIT ?= test
 MIMIC_DIR ?= ../shared/mimic-iv-demo-2.2
 DATA := data
 
-.PHONY: venv test test-slow test-all reproduce llm-smoke train-smoke bench clean-data lock
+.PHONY: venv test test-slow test-all typecheck reproduce llm-smoke train-smoke bench clean-data lock
 
 LOCK := requirements/lock.txt
 # optional extras to install too (CI: dev,hf,train,serve,ray,browser); their tests skip when absent
@@ -41,6 +41,10 @@ test-slow: $(STAMP)
 
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+# static types (config: pyproject.toml [tool.mypy]); not yet part of `make test`
+typecheck: $(STAMP)
+	$(BIN)/python -m mypy ehrgym
 
 reproduce: $(STAMP)
 	$(BIN)/python -m ehrgym.pipeline --source $(SOURCE) --patients $(PATIENTS) --seed $(SEED) \

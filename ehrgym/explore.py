@@ -410,7 +410,7 @@ def evidence_diff(clean: pd.DataFrame, noise: pd.DataFrame) -> pd.DataFrame:
         else:
             status_c.append("clean only")
     matched = Counter(ck)
-    status_n = []
+    status_n: list[str | None] = []
     for k in nk:
         if matched[k] > 0:
             matched[k] -= 1

@@ -24,7 +24,7 @@ from functools import lru_cache
 import sqlglot
 from sqlglot import exp
 
-STRUCTURAL: tuple[type[exp.Expression], ...] = (
+STRUCTURAL: tuple[type[exp.Expr], ...] = (  # Expr: AggFunc and Func are mixins, not Expressions
     exp.Select, exp.Union, exp.Intersect, exp.Except, exp.Subquery, exp.CTE, exp.Lateral,
     exp.Table, exp.Join,
     exp.Where, exp.Group, exp.Having, exp.Qualify, exp.Order, exp.Limit, exp.Distinct,
@@ -64,7 +64,7 @@ def sql_tables(sql: str) -> list[str]:
     return list(_analyse(_shape(sql))[1])
 
 
-def complexity_by_tier(tasks) -> dict[str, dict[str, float | int]]:
+def complexity_by_tier(tasks) -> dict[str, dict[str, float | int | None]]:
     """Gold-SQL complexity per difficulty tier over ``tasks`` (clean and noisy twins alike).
 
     The tier is read from the task's ``meta['tier']`` (recorded by the builder); tasks of older
@@ -82,7 +82,7 @@ def complexity_by_tier(tasks) -> dict[str, dict[str, float | int]]:
         tier = t.meta.get("tier") or known.get(t.template_id)
         key = str(tier) if tier else "unknown"
         groups.setdefault(key, []).append((int(t.meta.get("complexity", 0)), t.variant == "clean"))
-    out: dict[str, dict[str, float | int]] = {}
+    out: dict[str, dict[str, float | int | None]] = {}
     for key in sorted(groups):
         vals = [c for c, _ in groups[key]]
         clean = [c for c, is_clean in groups[key] if is_clean]

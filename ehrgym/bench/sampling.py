@@ -17,6 +17,7 @@ import duckdb
 
 from ehrgym.bench.sqlrender import render_columns
 from ehrgym.bench.templates.base import Template
+from ehrgym.db.connect import one_row
 from ehrgym.db.items import item_reference
 from ehrgym.db.schema import table_spec
 from ehrgym.errors import BenchmarkError
@@ -93,7 +94,7 @@ def candidate_table(con: duckdb.DuckDBPyConnection, t: Template) -> str:
     import hashlib
 
     name = "ehrgym_cand_" + hashlib.sha256(t.sampler_sql.encode()).hexdigest()[:16]
-    exists = con.execute("SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name = ?", [name]).fetchone()[0]
+    exists = one_row(con, "SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name = ?", [name])[0]
     if not exists:
         con.execute(f"CREATE TEMP TABLE {name} AS {t.sampler_sql}")
     return f"temp.main.{name}"

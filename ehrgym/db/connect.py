@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import duckdb
 
@@ -55,6 +55,13 @@ def attach_base(con: duckdb.DuckDBPyConnection, path: str | Path, alias: str = "
     con.execute(f"ATTACH '{path.as_posix()}' AS {alias} (READ_ONLY)")
 
 
+def one_row(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any] | None = None) -> tuple[Any, ...]:
+    """The first row of a query that always returns one (an aggregate such as ``count(*)``)."""
+    row = (con.execute(sql) if params is None else con.execute(sql, params)).fetchone()
+    assert row is not None, f"query returned no row: {sql[:200]}"
+    return row
+
+
 def write_meta(con: duckdb.DuckDBPyConnection, info: dict[str, Any]) -> None:
     """Replace the bookkeeping record (agents never see this schema)."""
     con.execute(f"CREATE SCHEMA IF NOT EXISTS {META_SCHEMA}")
@@ -75,7 +82,7 @@ def read_meta(con: duckdb.DuckDBPyConnection, catalog: str | None = None) -> dic
 
 def table_row_counts(con: duckdb.DuckDBPyConnection, catalog: str | None = None) -> dict[str, int]:
     prefix = f"{catalog}." if catalog else ""
-    return {name: con.execute(f"SELECT count(*) FROM {prefix}{spec.qualified}").fetchone()[0]
+    return {name: one_row(con, f"SELECT count(*) FROM {prefix}{spec.qualified}")[0]
             for name, spec in mimic_schema().items()}
 
 
@@ -87,9 +94,8 @@ def content_hash(con: duckdb.DuckDBPyConnection, catalog: str | None = None) -> 
     digest = hashlib.sha256()
     for name, spec in mimic_schema().items():
         cols = ", ".join(f'"{c}"' for c in spec.column_names)
-        count, total = con.execute(
-            f"SELECT count(*), coalesce(sum(hash({cols})::HUGEINT), 0) FROM {prefix}{spec.qualified}"
-        ).fetchone()
+        count, total = one_row(
+            con, f"SELECT count(*), coalesce(sum(hash({cols})::HUGEINT), 0) FROM {prefix}{spec.qualified}")
         digest.update(f"{name}:{count}:{total};".encode())
     return digest.hexdigest()
 

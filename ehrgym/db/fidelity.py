@@ -17,12 +17,12 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeGuard
 
 import duckdb
 import pandas as pd
 
-from ehrgym.db.connect import open_database, read_meta, table_row_counts
+from ehrgym.db.connect import one_row, open_database, read_meta, table_row_counts
 from ehrgym.db.items import item_reference, official_row_counts
 from ehrgym.db.schema import mimic_schema
 
@@ -81,7 +81,7 @@ def register(stat: Statistic) -> Statistic:
 
 def _scalar(sql: str) -> Callable[[duckdb.DuckDBPyConnection, Counts], float | None]:
     def measure(con: duckdb.DuckDBPyConnection, _: Counts) -> float | None:
-        value = con.execute(sql).fetchone()[0]
+        value = one_row(con, sql)[0]
         return None if value is None else float(value)
     return measure
 
@@ -247,7 +247,7 @@ def full_mimic_values() -> dict[str, float | None]:
 # ---------------------------------------------------------------------------------------------
 # the report
 # ---------------------------------------------------------------------------------------------
-def _finite(x: float | None) -> bool:
+def _finite(x: float | None) -> TypeGuard[float]:
     return x is not None and not (isinstance(x, float) and math.isnan(x))
 
 
@@ -297,6 +297,9 @@ class FidelityReport:
         for q in self.this.items:
             ref = refs[q.itemid]
             other = self.other.item(q.itemid) if self.other else None
+            r01: float | None
+            r50: float | None
+            r99: float | None
             if ref.demo_p50 is not None:
                 r01, r50, r99, ref_name = ref.demo_p01, ref.demo_p50, ref.demo_p99, "demo"
             elif other is not None and other.n:
@@ -304,9 +307,11 @@ class FidelityReport:
             else:
                 r01 = r50 = r99 = None
                 ref_name = ""
-            shift = spread = None
+            shift: float | None = None
+            spread: float | None = None
             flag = "empty" if not q.n else ""
             if q.n and r50 is not None and r01 is not None and r99 is not None and r99 > r01:
+                assert q.p01 is not None and q.p50 is not None and q.p99 is not None  # n > 0: quantiles exist
                 shift = (q.p50 - r50) / (r99 - r01)
                 spread = (q.p99 - q.p01) / (r99 - r01)
                 flag = "ok" if abs(shift) <= MEDIAN_SHIFT_MAX and abs(spread - 1) <= TOLERANCE else "off"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import TypeGuard
 
 import matplotlib
 import numpy as np
@@ -22,7 +23,7 @@ RATIO_LIMITS = (1 / 16, 16.0)  # ratios beyond are drawn at the edge
 FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
 
 
-def _finite(x: object) -> bool:
+def _finite(x: object) -> TypeGuard[float]:
     return isinstance(x, (int, float)) and not math.isnan(float(x))
 
 
@@ -34,16 +35,17 @@ def _bars(ax, labels: list[str], series: list[tuple[str, list[float | None], tup
     for i, (name, values, color) in enumerate(series):
         offset = (i - (len(series) - 1) / 2) * height
         left = base if log else 0.0
-        finite = [_finite(v) and (not log or float(v) > 0) for v in values]
-        ax.barh(y[finite] - offset, [float(v) - left for v, f in zip(values, finite) if f], left=left,
+        plotted = [float(v) if _finite(v) and (not log or float(v) > 0) else None for v in values]
+        finite = [p is not None for p in plotted]
+        ax.barh(y[finite] - offset, [p - left for p in plotted if p is not None], left=left,
                 height=height * 0.95, color=color, label=name)
-        for yy, v, f in zip(y, values, finite):
-            if not f:
+        for yy, v, p in zip(y, values, plotted):
+            if p is None:
                 text = " 0" if _finite(v) else " empty"  # a zero has no bar on a log axis
             else:
-                text = (f" {float(v):,.0f}" if log else f" {float(v):.1f}") if annotate else ""
+                text = (f" {p:,.0f}" if log else f" {p:.1f}") if annotate else ""
             if text:
-                ax.text(float(v) if f else left, yy - offset, text, va="center", fontsize=5.5, color="0.3")
+                ax.text(p if p is not None else left, yy - offset, text, va="center", fontsize=5.5, color="0.3")
     ax.set_yticks(y, labels)
     if log:
         ax.set_xscale("log")

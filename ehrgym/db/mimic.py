@@ -20,7 +20,7 @@ import duckdb
 from tqdm import tqdm  # text bars: they also stream through papermill
 
 from ehrgym import __version__
-from ehrgym.db.connect import content_hash, write_meta
+from ehrgym.db.connect import content_hash, one_row, write_meta
 from ehrgym.db.mimic_columns import ColumnMapping, map_columns
 from ehrgym.db.mimic_layout import (SourceLayout, TableFile, corrupt_file_error, gzip_is_intact,
                                     read_header, scan_source)
@@ -103,7 +103,7 @@ def _load_table(con: duckdb.DuckDBPyConnection, root: Path, table_file: TableFil
            f"{_sql_string(str(table_file.path))}, header=true, auto_detect=false, delim=',', "
            f"quote='\"', escape='\"', compression='{compression}', columns={columns})")
     try:
-        return int(con.execute(sql).fetchone()[0])
+        return int(one_row(con, sql)[0])
     except duckdb.Error as exc:
         detail = str(exc).strip().splitlines()[0]
         if table_file.compressed and not gzip_is_intact(table_file.path):

@@ -247,8 +247,8 @@ def _view_sql(spec: TableSpec, base: str, edit: TableEdit | None) -> str:
         # few anchors: base rows in rowid ranges (pushed into the scan) with the new rows between
         prev = None
         for stop in stops:
-            lo = f"rowid > {prev} AND " if prev is not None else ""
-            parts.append(f"SELECT {proj} FROM {source} WHERE {lo}rowid <= {stop} AND {not_in}")
+            after = f"rowid > {prev} AND " if prev is not None else ""
+            parts.append(f"SELECT {proj} FROM {source} WHERE {after}rowid <= {stop} AND {not_in}")
             parts += [literal(a, j, r, False) for a, j, r in anchored if a == stop]
             prev = stop
         parts.append(f"SELECT {proj} FROM {source} WHERE rowid > {prev} AND {not_in}")

@@ -84,12 +84,12 @@ def check_action(action: Action) -> tuple[Action | None, str | None]:
     An abstention must name one of :data:`ehrgym.vocab.ABSTAIN_REASONS`."""
     if isinstance(action, SqlAction):
         query, problem = _text(action.query, "SQL query")
-        if problem:
+        if query is None:
             return None, f"Could not run the sql call: {problem}."
         return (action if query is action.query else replace(action, query=query)), None
     if isinstance(action, PythonAction):
         code, problem = _text(action.code, "Python code")
-        if problem:
+        if code is None:
             return None, f"Could not run the python call: {problem}."
         return (action if code is action.code else replace(action, code=code)), None
     if isinstance(action, AnswerAction):
@@ -104,7 +104,7 @@ def check_action(action: Action) -> tuple[Action | None, str | None]:
         return action, None
     if isinstance(action, (FhirGetAction, FhirPostAction)):   # the payload is checked when the POST runs
         url, problem = _text(action.url, "URL")
-        if problem:
+        if url is None:
             return None, f"Could not run the {action.tool} call: {problem}."
         return (action if url is action.url else replace(action, url=url)), None
     return None, f"Could not read an action of type {type(action).__name__}; use sql, python or answer."

@@ -405,6 +405,8 @@ class SqlGate:
         if len(statements) != 1:
             raise reject(f"it holds {len(statements)} statements; send one statement per call")
         stmt = statements[0]
+        # sqlglot types parse() as returning Expr; every node it builds is an Expression
+        assert isinstance(stmt, exp.Expression), type(stmt)
         handler = STATEMENT_HANDLERS.get(type(stmt))
         if handler is None:
             for kind, fn in STATEMENT_HANDLERS.items():
@@ -503,7 +505,9 @@ class SqlGate:
             if self._parser is None:
                 self._parser = duckdb.connect(":memory:")
             literal = "'" + sql.replace("'", "''") + "'"
-            return self._parser.execute(f"SELECT json_serialize_sql({literal})").fetchone()[0]
+            row = self._parser.execute(f"SELECT json_serialize_sql({literal})").fetchone()
+            assert row is not None  # a scalar SELECT always returns one row
+            return row[0]
 
     def check_with_duckdb(self, sql: str) -> None:
         """Parse ``sql`` with DuckDB itself and re-check what DuckDB will actually run (mode ``ast``)."""
@@ -791,7 +795,7 @@ def _function_name(node: exp.Func) -> str:
     return node.sql_name().lower()
 
 
-def _statement_name(node: exp.Expression) -> str:
+def _statement_name(node: exp.Expr) -> str:
     if isinstance(node, exp.Command):
         return str(node.this).upper()
     return type(node).__name__.upper()

@@ -363,7 +363,8 @@ def make_audit_hook(read_roots: tuple[str, ...], allow_fork: bool):  # noqa: ANN
     def readable(path: object) -> bool:
         if not isinstance_(path, (str_, bytes_)):
             return False
-        p = realpath(fsdecode(path))
+        # the aliased isinstance_ (kept local so user code cannot rebind it) narrows path, but mypy cannot see that
+        p = realpath(fsdecode(path))  # type: ignore[arg-type]
         return p in roots or p.startswith(prefixes)
 
     def deny(event: str, detail: str = "") -> None:
@@ -805,9 +806,11 @@ def worker_main(zyg: _Zygote, fd: int) -> int:
             try:
                 linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
                 tree = ast.parse(source, filename, "exec")
-                last = None
-                if tree.body and isinstance(tree.body[-1], ast.Expr) and not source.rstrip().endswith(";"):
-                    last = ast.Expression(tree.body.pop().value)
+                last: ast.Expression | None = None
+                tail = tree.body[-1] if tree.body else None
+                if isinstance(tail, ast.Expr) and not source.rstrip().endswith(";"):
+                    tree.body.pop()
+                    last = ast.Expression(tail.value)
                 exec(compile(tree, filename, "exec", dont_inherit=True), namespace)
                 if last is not None:
                     value = eval(compile(last, filename, "eval", dont_inherit=True), namespace)

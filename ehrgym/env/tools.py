@@ -46,7 +46,9 @@ class Tool:
 
     @property
     def name(self) -> str:
-        return next(f.default for f in dataclasses.fields(self.action) if f.name == "tool")
+        name = next(f.default for f in dataclasses.fields(self.action) if f.name == "tool")
+        assert isinstance(name, str), f"{self.action.__name__}.tool must default to the tool's name"
+        return name
 
     @property
     def description(self) -> str:

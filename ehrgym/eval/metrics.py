@@ -30,7 +30,7 @@ import math
 from dataclasses import dataclass, fields
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -295,7 +295,7 @@ def _pair_clusters(valid: pd.DataFrame) -> pd.DataFrame:
     return out.join(attrs).reset_index()
 
 
-def _success_stat(t: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _success_stat(t: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     clean = t["clean_sum"] / t["clean_cnt"]
     noise = t["noise_sum"] / t["noise_cnt"]
     return {"clean": clean, "noise": noise, "pair": t["pair_sum"] / t["pair_cnt"],
@@ -649,7 +649,8 @@ def format_table(df: pd.DataFrame, percent: Sequence[str] = (), *, decimals: int
         if isinstance(x, (int, np.integer)):
             return str(int(x))
         if isinstance(x, (float, np.floating)):
-            return f"{x:.3g}" if abs(x) < 1e-3 and x != 0 else f"{x:,.3f}".rstrip("0").rstrip(".")
+            v = float(x)
+            return f"{v:.3g}" if abs(v) < 1e-3 and v != 0 else f"{v:,.3f}".rstrip("0").rstrip(".")
         return str(x)
 
     for col in df.columns:

@@ -44,7 +44,7 @@ class ExternalOracleAgent(Agent):
         if briefing.task is None:
             raise AgentError("the external oracle needs the task (privileged briefing)")
         self._task = briefing.task
-        self._plan: list[Action] | None = None
+        self._plan = None
         if (briefing.task.meta or {}).get("scorer") == "medagentbench":   # a FHIR task: the reference solution
             from ehrgym.env.fhirtool import client_for
             from ehrgym.external.medagentbench import oracle_plan

@@ -18,7 +18,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from ehrgym.db.connect import write_meta
+from ehrgym.db.connect import one_row, write_meta
 from ehrgym.db.profile import META_KEY, SchemaProfile
 from ehrgym.db.schema import ColumnSpec, TableSpec
 from ehrgym.errors import DatabaseError
@@ -134,8 +134,8 @@ def copy_sqlite_to_duckdb(sqlite_path: Path, out: Path, profile: SchemaProfile, 
             con.register("_ehrgym_rows", arrow)
             con.execute(f"INSERT INTO {spec.qualified} SELECT * FROM _ehrgym_rows")
             con.unregister("_ehrgym_rows")
-            count, total = con.execute(f"SELECT count(*), coalesce(sum(hash({cols})::HUGEINT), 0) "
-                                       f"FROM {spec.qualified}").fetchone()
+            count, total = one_row(con, f"SELECT count(*), coalesce(sum(hash({cols})::HUGEINT), 0) "
+                                        f"FROM {spec.qualified}")
             digest.update(f"{spec.qualified}:{count}:{total};".encode())
         content_hash = digest.hexdigest()
         write_meta(con, {**meta, META_KEY: profile.to_dict(), "content_hash": content_hash})

@@ -26,7 +26,7 @@ from typing import Any
 
 import duckdb
 
-from ehrgym.db.connect import attach_base, write_meta
+from ehrgym.db.connect import attach_base, one_row, write_meta
 from ehrgym.db.overlay import Overlay, OverlaySession
 from ehrgym.db.profile import META_KEY, SchemaProfile
 from ehrgym.env.engine import database_profile
@@ -71,8 +71,8 @@ def materialise_task_tables(db_path: str | Path, overlay: Overlay, out_dir: str 
             path = out_dir / table_file(spec.schema, spec.name)
             con.execute(f"COPY (SELECT * FROM memory.{_q(spec.schema)}.{_q(spec.name)}) TO '{path.as_posix()}' "
                         f"(FORMAT parquet, COMPRESSION zstd)")
-            counts[spec.qualified] = int(con.execute(
-                f"SELECT count(*) FROM memory.{_q(spec.schema)}.{_q(spec.name)}").fetchone()[0])
+            counts[spec.qualified] = int(one_row(
+                con, f"SELECT count(*) FROM memory.{_q(spec.schema)}.{_q(spec.name)}")[0])
     except duckdb.Error as exc:
         raise DatabaseError(f"cannot materialise the task tables of {db_path}: {exc}") from exc
     finally:
@@ -105,7 +105,7 @@ def build_database(tables_dir: str | Path, out_path: str | Path) -> dict[str, in
                                          "ORDER BY schema_name, table_name").fetchall():
             src = tables_dir / table_file(schema, table)
             con.execute(f"INSERT INTO {_q(schema)}.{_q(table)} SELECT * FROM read_parquet('{src.as_posix()}')")
-            counts[f"{schema}.{table}"] = int(con.execute(f"SELECT count(*) FROM {_q(schema)}.{_q(table)}").fetchone()[0])
+            counts[f"{schema}.{table}"] = int(one_row(con, f"SELECT count(*) FROM {_q(schema)}.{_q(table)}")[0])
         profile_path = tables_dir / PROFILE_FILE
         if profile_path.exists():
             write_meta(con, {META_KEY: json.loads(profile_path.read_text(encoding="utf-8"))})

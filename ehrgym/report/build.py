@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from tqdm import tqdm  # text bars: they also stream through papermill
 
@@ -34,7 +34,7 @@ class ReportManifest:
                 "skipped": dict(self.skipped), "dataset_source": self.dataset_source}
 
 
-def _select(names: Sequence[str] | None, registry: dict, kind: str) -> list[str]:
+def _select(names: Sequence[str] | None, registry: Mapping[str, Any], kind: str) -> list[str]:
     if names is None:
         return list(registry)
     unknown = [n for n in names if n not in registry]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import matplotlib
 import numpy as np
@@ -27,8 +27,11 @@ from ehrgym.report.tables import PASS_K_MAX, pass_k_frame
 from ehrgym.vocab import INTENTS, LEVELS, NOISE_SUBTYPES
 from ehrgym.registry import Registry
 
+if TYPE_CHECKING:
+    from matplotlib.typing import LineStyleType, RcKeyType
+
 DPI = 200
-STYLE = {
+STYLE: dict[RcKeyType, Any] = {
     "font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9, "xtick.labelsize": 8, "ytick.labelsize": 8,
     "legend.fontsize": 8, "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True,
     "axes.grid.axis": "y", "grid.alpha": 0.3, "svg.hashsalt": "ehrgym", "pdf.compression": 6,
@@ -47,7 +50,7 @@ def distinct_palette(n: int) -> list[tuple[float, float, float]]:
         return palette(n)
     cmap = matplotlib.colormaps["tab20"]
     order = list(range(0, 20, 2)) + list(range(1, 20, 2))  # saturated hues first, their light twins after
-    return [tuple(cmap(i)[:3]) for i in order[:n]]
+    return [cmap(i)[:3] for i in order[:n]]
 
 
 VARIANT_COLORS = dict(zip(("clean", "noise", "pair"), palette(3)))
@@ -108,7 +111,7 @@ def _err(df: pd.DataFrame, col: str) -> np.ndarray:
     return np.nan_to_num(np.clip(err, 0, None), nan=0.0)
 
 
-def _bar_labels(ax, bars, values: Sequence[float], tops: Sequence[float]) -> None:
+def _bar_labels(ax, bars, values: Iterable[float], tops: Iterable[float]) -> None:
     for bar, v, top in zip(bars, values, tops):
         x = bar.get_x() + bar.get_width() / 2
         if math.isnan(v):
@@ -253,7 +256,7 @@ def _pass_k(d: ReportData) -> Figure | None:
         return None
     systems = sorted(pk["system"].unique())
     colors = dict(zip(systems, palette(len(systems))))
-    styles = {"clean": ("-", "o"), "noise": ("--", "s")}
+    styles: dict[str, tuple[LineStyleType, str]] = {"clean": ("-", "o"), "noise": ("--", "s")}
     with matplotlib.rc_context(STYLE):
         fig = new_figure(5.6, 3.4)
         ax = fig.add_subplot()

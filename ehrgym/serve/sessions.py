@@ -191,9 +191,10 @@ class SessionManager:
             return self._locked(session, request_id, lambda: self._reset_in(session, task))
         with self._lock:
             if request_id is not None and request_id in self._reset_ids:  # a retried reset
-                session = self._sessions.get(self._reset_ids[request_id])
-                if session is None:
+                found = self._sessions.get(self._reset_ids[request_id])
+                if found is None:
                     raise SessionNotFound(self._gone(self._reset_ids[request_id]))
+                session = found
             else:
                 session = self._open_session_locked(request_id)
         return self._locked(session, request_id, lambda: self._reset_in(session, task), fresh=True)

@@ -105,7 +105,8 @@ def settings_from_dict(cls: type[S], data: dict[str, Any], source: str = "config
     lora = values.get("lora")
     if isinstance(lora, dict):
         try:
-            values["lora"] = LoraSettings(**{k: tuple(v) if isinstance(v, list) else v for k, v in lora.items()})
+            options: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in lora.items()}
+            values["lora"] = LoraSettings(**options)
         except TypeError as exc:
             raise TrainingSetupError(f"{source}: bad lora table ({exc})") from exc
     elif lora is not None and not isinstance(lora, LoraSettings):

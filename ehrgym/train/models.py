@@ -183,7 +183,8 @@ def convert_gguf(gguf: str | Path, out: str | Path) -> Path:
         if holder is not None and hasattr(holder, "quantization_config"):
             delattr(holder, "quantization_config")
     if hasattr(model, "hf_quantizer"):
-        model.hf_quantizer = None
+        # transformers does not declare hf_quantizer, so nn.Module.__getattr__ types it as Tensor | Module
+        model.hf_quantizer = None  # type: ignore[assignment]
     for attr in ("is_quantized", "quantization_method"):
         if hasattr(model, attr):
             try:

@@ -15,6 +15,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Sized
 from typing import Any
 
 from ehrgym.train.config import SftSettings, peft_config
@@ -89,7 +90,9 @@ def run_sft(settings: SftSettings) -> TrainResult:
     args = SFTConfig(output_dir=str(out), assistant_only_loss=settings.assistant_only_loss, **trl_args)
     trainer = SFTTrainer(model=model, args=args, train_dataset=chat_dataset(examples), processing_class=tokenizer,
                          peft_config=peft_config(settings.lora))
-    if len(trainer.train_dataset) == 0:
+    train_dataset = trainer.train_dataset
+    assert isinstance(train_dataset, Sized)  # chat_dataset builds a (sized) datasets.Dataset
+    if len(train_dataset) == 0:
         raise TrainingDataError(f"no example of {settings.data} keeps an assistant turn within "
                                 f"max_length={args.max_length} tokens; raise trl.max_length or export shorter "
                                 f"examples (ehrgym train sft-data --max-chars)")

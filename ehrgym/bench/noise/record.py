@@ -100,7 +100,8 @@ class DuplicateRecords(Injector):
         many = ctx.template.level == "population" or (ev.value_col is not None and ev.focus == "any")
         k = batch_size(len(rows)) if many else 1
         chosen = rows[:k]
-        copies, anchors, given = [], [], set()
+        copies, anchors = [], []
+        given: set[int] = set()
         for i, row in enumerate(chosen):
             c = _copy(row)
             if ev.id_col:
@@ -188,7 +189,8 @@ class OutOfWindow(Injector):
             return None
         bounds = cleaning.bounds_for(ev, ctx.params)
         up = ev.extreme != "low"
-        copies, anchors, given = [], [], set()
+        copies, anchors = [], []
+        given: set[int] = set()
         for row in rows[:batch_size(len(rows))]:
             window = ctx.window_of(row)
             if window is None:

@@ -135,9 +135,9 @@ def _choices(name: str, owners: np.ndarray, label_col: str, extra_col: str | Non
         end[o] = len(labels)
     w = np.array(weights)
     cdf = np.zeros(w.size)
-    for o in np.flatnonzero(end > start):
-        block = w[start[o]:end[o]]
-        cdf[start[o]:end[o]] = np.cumsum(block) / block.sum()
+    for owner in np.flatnonzero(end > start):
+        block = w[start[owner]:end[owner]]
+        cdf[start[owner]:end[owner]] = np.cumsum(block) / block.sum()
     return Choices(start, end, cdf, labels, extra)
 
 

@@ -245,10 +245,10 @@ def hcpcs(rng: np.random.Generator, c: Cohort) -> tuple[TableData, TableData]:
         ("G0378", np.isin(c.adm_type, [3, 4]) & (rng.random(c.n_admissions) < 0.3), c.admittime),
     ]
     adm_parts, code_parts, time_parts = [], [], []
-    for code, mask, when in rules:
+    for hcpcs, mask, when in rules:
         idx = np.flatnonzero(mask)
         adm_parts.append(idx)
-        code_parts.append(np.full(idx.size, codes.index(code)))
+        code_parts.append(np.full(idx.size, codes.index(hcpcs)))
         time_parts.append(np.minimum(when[idx], c.dischtime[idx]))
     adm = np.concatenate(adm_parts)
     code = np.concatenate(code_parts)

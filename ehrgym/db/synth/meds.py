@@ -274,8 +274,9 @@ def plan(rng: np.random.Generator, c: Cohort) -> MedPlan:
     icu_windows = {"norepinephrine": (c.shock_start, c.shock_end), "phenylephrine": (c.shock_start, c.shock_end),
                    "propofol": (c.vent_start, c.vent_end)}
     course = np.array([np.nan if MEDS[k].days is None else 1.0 for k in MED_KEYS])[med]
-    d_lo = np.array([0 if MEDS[k].days is None else MEDS[k].days[0] for k in MED_KEYS])[med]
-    d_hi = np.array([0 if MEDS[k].days is None else MEDS[k].days[1] for k in MED_KEYS])[med]
+    days = [MEDS[k].days for k in MED_KEYS]
+    d_lo = np.array([0 if d is None else d[0] for d in days])[med]
+    d_hi = np.array([0 if d is None else d[1] for d in days])[med]
     end_of_stay = c.dischtime[adm] - uniform_int(rng, 0, 180, n) * MINUTE
     course_end = start + np.floor((d_lo + rng.random(n) * (d_hi - d_lo)) * 24 * 60).astype(np.int64) * MINUTE
     stop = np.where(np.isnan(course), end_of_stay, np.minimum(course_end, end_of_stay))

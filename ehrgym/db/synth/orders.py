@@ -70,13 +70,15 @@ def generate(rng: np.random.Generator, c: Cohort, plan: MedPlan, lab_draws: tupl
     day_t = c.admittime[d_adm] + d * DAY
     tubes = (c.icu | (rng.random(m) < 0.3))[d_adm]  # a catheter or drain, re-ordered most days
     everyone = np.ones(d_adm.size, dtype=bool)
-    for kind, rate, who in ((("General Care", "Vitals/Monitoring"), 1.2, everyone),
-                            (("General Care", "Activity"), 0.8, everyone), (("General Care", "Other"), 1.5, everyone),
-                            (("Nutrition", "Diet Order"), 0.7, everyone), (("IV therapy", "IV fluids"), 0.6, everyone),
-                            (("General Care", "Code status"), 0.15, everyone),
-                            (("General Care", "Tubes/Drains"), 0.8, tubes)):
+    for order_kind, rate, who in ((("General Care", "Vitals/Monitoring"), 1.2, everyone),
+                                  (("General Care", "Activity"), 0.8, everyone),
+                                  (("General Care", "Other"), 1.5, everyone),
+                                  (("Nutrition", "Diet Order"), 0.7, everyone),
+                                  (("IV therapy", "IV fluids"), 0.6, everyone),
+                                  (("General Care", "Code status"), 0.15, everyone),
+                                  (("General Care", "Tubes/Drains"), 0.8, tubes)):
         day_i, _ = expand(np.where(who, rng.poisson(rate, d_adm.size), 0))
-        add(d_adm[day_i], day_t[day_i] + uniform_int(rng, 60, 20 * 60, day_i.size) * MINUTE, _kind(*kind))
+        add(d_adm[day_i], day_t[day_i] + uniform_int(rng, 60, 20 * 60, day_i.size) * MINUTE, _kind(*order_kind))
     # condition- and ICU-driven orders
     rules = [
         (("Radiology", "General Xray"), c.has("pneumonia") | c.vent | c.has("heart_failure"), c.admittime + HOUR),
@@ -88,9 +90,9 @@ def generate(rng: np.random.Generator, c: Cohort, plan: MedPlan, lab_draws: tupl
         (("Cardiology", "ECG"), c.has("heart_failure") | c.has("atrial_fibrillation") | c.has("stroke")
          | (c.principal < 0), c.admittime + 20 * MINUTE),
     ]
-    for kind, mask, when in rules:
+    for order_kind, mask, when in rules:
         sel = np.flatnonzero(mask)
-        add(sel, when[sel] + uniform_int(rng, 0, 60, sel.size) * MINUTE, _kind(*kind))
+        add(sel, when[sel] + uniform_int(rng, 0, 60, sel.size) * MINUTE, _kind(*order_kind))
 
     adm = np.concatenate(adm_p)
     t = np.concatenate(t_p)
