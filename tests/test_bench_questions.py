@@ -283,7 +283,7 @@ def test_similarity_groups_are_clinical():
 def test_lexical_variants_are_clinical_forms_not_typos_of_codes(built):
     pairs = _pairs(built, "lexical_variation")
     assert len(pairs) >= 50
-    for clean, noisy in pairs:
+    for _clean, noisy in pairs:
         edit = noisy.noise.question_edit
         assert edit["to"] in variants(edit["from"])
         if edit["from"].casefold() in CODES:

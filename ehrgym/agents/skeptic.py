@@ -137,7 +137,7 @@ class SkepticAgent(Agent):
         empty = bool(a.evidence_tables)
         for table in a.evidence_tables:
             try:
-                query = generated(("profile", table), lambda: profile_query(
+                query = generated(("profile", table), lambda table=table: profile_query(
                     tree, table, items, frozenset(a.columns.get(table, ()))))
             except Exception as exc:  # noqa: BLE001 - a draft shape the profiler does not handle
                 self.notes.append(f"no profile of {table}: {exc}")

@@ -239,7 +239,6 @@ the censored '<0.01.' — capped so that troponin questions keep patients with c
 @lru_cache(maxsize=1)
 def _missing_tables(n_ref: int, rows: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, int]:
     cat_ = catalog.labs()
-    texts = catalog.lab_texts()
     row = np.array(rows, dtype=np.int64)
     own = (row >= 0) & texts.has(np.maximum(row, 0))
     p_own = np.where(row >= 0, cat_.p_text[np.maximum(row, 0)], 0.0)
