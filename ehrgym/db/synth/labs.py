@@ -239,6 +239,7 @@ the censored '<0.01.' — capped so that troponin questions keep patients with c
 @lru_cache(maxsize=1)
 def _missing_tables(n_ref: int, rows: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, int]:
     cat_ = catalog.labs()
+    texts = catalog.lab_texts()
     row = np.array(rows, dtype=np.int64)
     own = (row >= 0) & texts.has(np.maximum(row, 0))
     p_own = np.where(row >= 0, cat_.p_text[np.maximum(row, 0)], 0.0)
@@ -305,7 +306,6 @@ def generate(rng: np.random.Generator, c: Cohort, visits: tuple[np.ndarray, np.n
     all_v_pat, all_v_t = visits
     p_kind = np.array([p.p for p in PANELS])  # (P, 4)
     cat_ = catalog.labs()
-    texts = catalog.lab_texts()
     comments = catalog.lab_comments()
     background, position = _catalog_items(refs)
     # the d_labitems list: reference items, then the background items of the catalog
