@@ -443,10 +443,43 @@ def run_agents(db_path: str | Path, bench_dir: str | Path, runs_dir: str | Path,
             kwargs = {key: v for key, v in {"model": model, "base_url": base_url if agent == "chat" else None}.items()
                       if v}
         out = Path(runs_dir) / run_name(agent, model if agent in MODEL_AGENTS else None)
+        retire_stale_run(out, bench_dir, db_path)
         summaries.append(run_evaluation(bench_dir, db_path, agent, out, k=k, workers=workers, agent_kwargs=kwargs,
                                         tasks={"split": split} if split else None, limit_pairs=limit_pairs,
                                         seed=seed, progress=progress))
     return summaries
+
+
+def retire_stale_run(out: Path, bench_dir: str | Path, db_path: str | Path) -> Path | None:
+    """Move aside a run directory made on another build of this benchmark or database.
+
+    The pipeline rebuilds a benchmark when its code or database changed; the runs of the old build
+    no longer describe it, and resuming them is refused. They are kept as
+    ``<runs>/.stale/<run>-<old benchmark hash>`` (out of ``<runs>/*`` globs) and the new run starts
+    fresh. Returns where the old run went.
+    """
+    from ehrgym.bench.dataset import load_benchmark
+    from ehrgym.eval.runner import _db_content_hash
+    from ehrgym.eval.store import read_run_config
+
+    previous = read_run_config(out) if out.is_dir() else None
+    if previous is None:
+        return None
+    manifest = dict(getattr(load_benchmark(bench_dir), "manifest", {}) or {})
+    bench_hash = manifest.get("content_hash") or manifest.get("tasks_sha256")
+    if previous.get("bench_content_hash") == bench_hash and \
+            previous.get("db_content_hash") == _db_content_hash(db_path):
+        return None
+    old = str(previous.get("bench_content_hash") or "unknown")[:12]
+    target = out.parent / ".stale" / f"{out.name}-{old}"
+    n = 1
+    while target.exists():
+        n += 1
+        target = out.parent / ".stale" / f"{out.name}-{old}-{n}"
+    target.parent.mkdir(exist_ok=True)
+    out.rename(target)
+    print(f"{_rel(out)} held a run of another build of this benchmark; kept as {_rel(target)}, starting afresh")
+    return target
 
 
 # =============================================================================================

@@ -204,3 +204,23 @@ def test_cli_help_lists_the_makefile_flags(capsys: pytest.CaptureFixture[str]) -
     text = capsys.readouterr().out
     for flag in ("--source", "--patients", "--seed", "--config", "--k", "--workers", "--mimic-dir", "--data"):
         assert flag in text
+
+
+def test_runs_of_another_build_are_kept_aside_and_the_run_starts_afresh(
+        tiny_bench: tuple[Path, pipeline.StageResult], synth_db: Path, tmp_path: Path) -> None:
+    import json
+
+    runs = tmp_path / "runs"
+    pipeline.run_agents(synth_db, tiny_bench[0], runs, ["credulous"], k=1, workers=1, limit_pairs=2,
+                        progress=False)
+    run_dir = runs / "credulous"
+    config = json.loads((run_dir / "run.json").read_text())
+    assert pipeline.retire_stale_run(run_dir, tiny_bench[0], synth_db) is None     # same build: resumed
+    config["bench_content_hash"] = "0123456789abcdef"                              # a run of an older build
+    (run_dir / "run.json").write_text(json.dumps(config))
+    pipeline.run_agents(synth_db, tiny_bench[0], runs, ["credulous"], k=1, workers=1, limit_pairs=2,
+                        progress=False)
+    kept = runs / ".stale" / "credulous-0123456789ab"
+    assert kept.is_dir() and (kept / "episodes.jsonl").exists()
+    assert json.loads((run_dir / "run.json").read_text())["bench_content_hash"] != "0123456789abcdef"
+    assert sorted(p.name for p in runs.glob("*")) == ["credulous"]                 # out of report globs
