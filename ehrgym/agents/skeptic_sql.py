@@ -166,7 +166,7 @@ _TEMPORAL = ("TIMESTAMP", "TIMESTAMPNTZ", "TIMESTAMPTZ", "DATE", "DATETIME")
 
 
 @lru_cache(maxsize=8192)
-def _parse_cached(sql: str, read: str) -> exp.Expression:
+def _parse_cached(sql: str, read: str) -> exp.Expr:
     return sqlglot.parse_one(sql, read=read)
 
 
@@ -240,7 +240,7 @@ def _is_time_column(col: exp.Expression, aliases: dict[str, str], tables: list[s
         return False
 
 
-def _sibling_predicates(node: exp.Expression, col: exp.Column) -> str:
+def _sibling_predicates(node: exp.Expr, col: exp.Column) -> str:
     """Other conjuncts of ``node``'s WHERE that only use literals and columns of the same alias (as ``t.``)."""
     where = node.find_ancestor(exp.Where)
     if where is None:
@@ -300,9 +300,12 @@ def analyse_draft(sql: str) -> DraftAnalysis:
                         add_ref(node.this, v)
             continue
         left, right = node.this, node.expression
+        node_cls: type[exp.Expr]
         if not isinstance(left, exp.Column) and isinstance(right, exp.Column):
             left, right = right, left
-            node_cls = {exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE}.get(type(node), type(node))
+            flipped: dict[type[exp.Expr], type[exp.Expr]] = {exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT,
+                                                             exp.LTE: exp.GTE}
+            node_cls = flipped.get(type(node), type(node))
         else:
             node_cls = type(node)
         if isinstance(left, (exp.Year,)) or (isinstance(left, exp.Extract) and left.this.name.lower() == "year"):
@@ -587,7 +590,7 @@ def _constant_table_values(select: exp.Select) -> dict[tuple[str, str], set[int]
     Only WHERE conjuncts and the ON conjuncts of inner joins are read (they filter every row of
     the scope), so joining on such a column restricts the other side to these values.
     """
-    root = select
+    root: exp.Expr = select
     while root.parent is not None:
         root = root.parent
     from_ = select.args.get("from") or select.args.get("from_")
@@ -688,8 +691,10 @@ def rewrite_tables(tree: exp.Expression, relation: Relation, only: str | None = 
         if rule is None or (only is not None and name != only):
             continue
         alias = t.alias or t.name
-        sub = _parse(f"SELECT * FROM {relation(rule, pushdown(t, rule))} AS {alias}",
-                                read="duckdb").find(exp.From).this
+        from_node = _parse(f"SELECT * FROM {relation(rule, pushdown(t, rule))} AS {alias}",
+                           read="duckdb").find(exp.From)
+        assert from_node is not None  # a SELECT … FROM we just wrote
+        sub = from_node.this
         t.replace(sub)
     return new.sql(dialect="duckdb")
 
