@@ -136,7 +136,7 @@ class NameRef:
 @dataclass
 class DraftAnalysis:
     sql: str
-    tree: exp.Expression
+    tree: exp.Expr
     tables: list[str] = field(default_factory=list)
     refs: dict[str, list[int]] = field(default_factory=dict)
     items: list[int] = field(default_factory=list)
@@ -166,11 +166,11 @@ _TEMPORAL = ("TIMESTAMP", "TIMESTAMPNTZ", "TIMESTAMPTZ", "DATE", "DATETIME")
 
 
 @lru_cache(maxsize=8192)
-def _parse_cached(sql: str, read: str) -> exp.Expression:
+def _parse_cached(sql: str, read: str) -> exp.Expr:
     return sqlglot.parse_one(sql, read=read)
 
 
-def _parse(sql: str, read: str = "duckdb") -> exp.Expression:
+def _parse(sql: str, read: str = "duckdb") -> exp.Expr:
     """``sqlglot.parse_one`` memoised by text (the k trials of a task re-read the same SQL); a copy,
     so callers may edit the tree."""
     return _parse_cached(sql, read).copy()
@@ -180,7 +180,7 @@ def _mimic_table(node: exp.Table) -> str | None:
     return name if name in mimic_schema() else None
 
 
-def _alias_map(tree: exp.Expression) -> dict[str, str]:
+def _alias_map(tree: exp.Expr) -> dict[str, str]:
     out: dict[str, str] = {}
     for t in tree.find_all(exp.Table):
         name = _mimic_table(t)
@@ -199,7 +199,7 @@ def _column_table(col: exp.Column, aliases: dict[str, str], tables: list[str]) -
     return None
 
 
-def _literal_int(node: exp.Expression) -> int | None:
+def _literal_int(node: exp.Expr) -> int | None:
     if isinstance(node, exp.Literal) and not node.is_string:
         try:
             return int(str(node.this))
@@ -211,7 +211,7 @@ def _literal_int(node: exp.Expression) -> int | None:
     return None
 
 
-def _literal_time(node: exp.Expression) -> dt.datetime | None:
+def _literal_time(node: exp.Expr) -> dt.datetime | None:
     if isinstance(node, exp.Cast) and isinstance(node.this, exp.Literal) and node.this.is_string:
         if node.to.this.name.upper() in _TEMPORAL or str(node.to.sql()).upper().startswith(("TIMESTAMP", "DATE")):
             return _parse_time(node.this.this)
@@ -228,7 +228,7 @@ def _parse_time(text: str) -> dt.datetime | None:
     return value
 
 
-def _is_time_column(col: exp.Expression, aliases: dict[str, str], tables: list[str]) -> bool:
+def _is_time_column(col: exp.Expr, aliases: dict[str, str], tables: list[str]) -> bool:
     if not isinstance(col, exp.Column):
         return False
     t = _column_table(col, aliases, tables)
@@ -240,7 +240,7 @@ def _is_time_column(col: exp.Expression, aliases: dict[str, str], tables: list[s
         return False
 
 
-def _sibling_predicates(node: exp.Expression, col: exp.Column) -> str:
+def _sibling_predicates(node: exp.Expr, col: exp.Column) -> str:
     """Other conjuncts of ``node``'s WHERE that only use literals and columns of the same alias (as ``t.``)."""
     where = node.find_ancestor(exp.Where)
     if where is None:
@@ -300,9 +300,12 @@ def analyse_draft(sql: str) -> DraftAnalysis:
                         add_ref(node.this, v)
             continue
         left, right = node.this, node.expression
+        node_cls: type[exp.Expr]
         if not isinstance(left, exp.Column) and isinstance(right, exp.Column):
             left, right = right, left
-            node_cls = {exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE}.get(type(node), type(node))
+            flipped: dict[type[exp.Expr], type[exp.Expr]] = {exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT,
+                                                             exp.LTE: exp.GTE}
+            node_cls = flipped.get(type(node), type(node))
         else:
             node_cls = type(node)
         if isinstance(left, (exp.Year,)) or (isinstance(left, exp.Extract) and left.this.name.lower() == "year"):
@@ -505,7 +508,7 @@ def clean_relation(rule: TableRule, drop_bad_values: bool, items: tuple[int, ...
 Relation = Callable[[TableRule, "str | None"], str]
 
 
-def _conjuncts(node: exp.Expression | None) -> list[exp.Expression]:
+def _conjuncts(node: exp.Expr | None) -> list[exp.Expr]:
     if node is None:
         return []
     if isinstance(node, exp.And):
@@ -522,7 +525,7 @@ def _scope_of(table: exp.Table) -> exp.Select | None:
     return node
 
 
-def _literal_value(node: exp.Expression) -> Any:
+def _literal_value(node: exp.Expr) -> Any:
     """A string or integer literal's value (``_NOT_LITERAL`` for anything else)."""
     if isinstance(node, exp.Literal) and node.is_string:
         return str(node.this)
@@ -550,7 +553,7 @@ def _values_rows(values: exp.Values, columns: list[str]) -> list[dict[str, Any]]
     return rows
 
 
-def _constant_rows(src: exp.Expression, root: exp.Expression) -> list[dict[str, Any]] | None:
+def _constant_rows(src: exp.Expr, root: exp.Expr) -> list[dict[str, Any]] | None:
     """Rows of a literal table the scope reads: ``(VALUES …) AS t(a, b)``, or a CTE that is such a
     list (``WITH t(a, b) AS (SELECT * FROM (VALUES …))``); None for anything else."""
     if isinstance(src, exp.Values):
@@ -587,7 +590,7 @@ def _constant_table_values(select: exp.Select) -> dict[tuple[str, str], set[int]
     Only WHERE conjuncts and the ON conjuncts of inner joins are read (they filter every row of
     the scope), so joining on such a column restricts the other side to these values.
     """
-    root = select
+    root: exp.Expr = select
     while root.parent is not None:
         root = root.parent
     from_ = select.args.get("from") or select.args.get("from_")
@@ -679,7 +682,7 @@ def pushdown(table: exp.Table, rule: TableRule) -> str | None:
     return " AND ".join(out) or None
 
 
-def rewrite_tables(tree: exp.Expression, relation: Relation, only: str | None = None) -> str:
+def rewrite_tables(tree: exp.Expr, relation: Relation, only: str | None = None) -> str:
     """The draft with evidence-table references (all, or only ``only``) replaced by ``relation``."""
     new = tree.copy()
     for t in list(new.find_all(exp.Table)):
@@ -688,13 +691,15 @@ def rewrite_tables(tree: exp.Expression, relation: Relation, only: str | None = 
         if rule is None or (only is not None and name != only):
             continue
         alias = t.alias or t.name
-        sub = _parse(f"SELECT * FROM {relation(rule, pushdown(t, rule))} AS {alias}",
-                                read="duckdb").find(exp.From).this
+        from_node = _parse(f"SELECT * FROM {relation(rule, pushdown(t, rule))} AS {alias}",
+                           read="duckdb").find(exp.From)
+        assert from_node is not None  # a SELECT … FROM we just wrote
+        sub = from_node.this
         t.replace(sub)
     return new.sql(dialect="duckdb")
 
 
-def evidence_select(tree: exp.Expression, table: str) -> exp.Select | None:
+def evidence_select(tree: exp.Expr, table: str) -> exp.Select | None:
     """``SELECT <alias>.* FROM … WHERE …`` of the draft's scope that reads ``table`` (its evidence rows)."""
     for select in tree.find_all(exp.Select):
         from_ = select.args.get("from") or select.args.get("from_")
@@ -724,7 +729,7 @@ def evidence_select(tree: exp.Expression, table: str) -> exp.Select | None:
     return None
 
 
-def profile_query(tree: exp.Expression, table: str, items: tuple[int, ...] = (),
+def profile_query(tree: exp.Expr, table: str, items: tuple[int, ...] = (),
                   used: frozenset[str] = frozenset()) -> str | None:
     """One-row profile of the draft's evidence rows in ``table`` (on the normalised, flagged relation)."""
     rule = TABLE_RULES[table]
@@ -838,7 +843,7 @@ def best_name(literal: str, candidates: list[str], cutoff: float = 0.72) -> str 
     return None
 
 
-def replace_literal(tree: exp.Expression, old: str, new: str) -> exp.Expression:
+def replace_literal(tree: exp.Expr, old: str, new: str) -> exp.Expr:
     """The draft with every string literal ``old`` replaced by ``new``."""
     out = tree.copy()
     for lit in list(out.find_all(exp.Literal)):

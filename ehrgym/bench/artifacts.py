@@ -103,7 +103,7 @@ def task_rows(session: OverlaySession, task: Task, rng: np.random.Generator
         # own results without a number: a NULL is what the noise is, not how the overlay stores it; the question
         # is whether the overlay's NULL rows look like the hospital's (text, comments, NULL pattern)
         # ... and noise whose content is a number stored only as text with the base's own numbers stored as text
-        null_only = bool(vcol) and all(r.get(vcol) is None for r in edit.insert_rows)
+        null_only = bool(vcol) and vcol is not None and all(r.get(vcol) is None for r in edit.insert_rows)
         kind = _content_kind(vcol, ev.text_col if ev.table == table else None, edit.insert_rows) if null_only else None
         if kind and table in RESULT_ROWS:
             kind = f"({kind} AND {RESULT_ROWS[table]})"  # results of the same kind (susceptibilities, not isolates)
@@ -171,15 +171,16 @@ def task_rows(session: OverlaySession, task: Task, rng: np.random.Generator
         tcol = ev.text_col if ev.table == table else None
         time_col = ev.time_col if ev.table == table else None
         for i in sorted(touched) + pick:
-            r = dict(zip(cols, rows[i]))
+            rec = dict(zip(cols, rows[i]))
             pos = i / max(n - 1, 1)
             idr = float(id_rank[i]) if id_rank is not None else 0.0
-            value = r.get(vcol) if vcol else None
+            value = rec.get(vcol) if vcol else None
             finite = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value))
-            stamp = _stamp(r.get(time_col)) if time_col else None
-            feats.append([idr, pos, idr - pos, float(sum(v is None for v in r.values())),
-                          float(vcol is not None and value is None), float(decimals_of(value)) if finite else -1.0,
-                          float(_text_form(r.get(tcol), value)) if tcol else -1.0,
+            stamp = _stamp(rec.get(time_col)) if time_col else None
+            feats.append([idr, pos, idr - pos, float(sum(v is None for v in rec.values())),
+                          float(vcol is not None and value is None),
+                          float(decimals_of(value)) if finite and value is not None else -1.0,
+                          float(_text_form(rec.get(tcol), value)) if tcol else -1.0,
                           float(stamp.second != 0) if stamp else -1.0, float(stamp.minute != 0) if stamp else -1.0])
             labels.append(1 if i in touched else 0)
             owners.append(slim[i][0] if kind and subject != "NULL" else None)

@@ -60,7 +60,7 @@ def build_benchmark(db: str | Path, out: str | Path, config: str | BuildConfig =
     card = make_card(tasks, info, db=Path(db), seed=int(seed), workers=cfg.workers)
     stats = builder.stats
     attempts = sum(stats.attempts.values())
-    report = {
+    report: dict[str, Any] = {
         "config": cfg.name, "seed": int(seed), "target_pairs": cfg.pairs, "kept_pairs": len(drafts),
         "shortfall": max(cfg.pairs - len(drafts), 0),
         "candidates_drawn": dict(sorted(stats.candidates.items())),

@@ -89,7 +89,8 @@ class _Clock:
         self.t0 = time.perf_counter()
 
     def __exit__(self, *exc: Any) -> None:
-        self.stats.timings[self.key] += time.perf_counter() - self.t0
+        # the timings Counter holds float seconds; typeshed types Counter values as int
+        self.stats.timings[self.key] += time.perf_counter() - self.t0  # type: ignore[assignment]
 
 
 class _Slot:
@@ -115,7 +116,7 @@ class Builder:
         self.candidates: dict[str, list[Candidate]] = {}
         self.used: dict[str, set[int]] = defaultdict(set)
         self.clean_cache: dict[tuple[str, int], tuple[Any, str] | None] = {}
-        self.max_ids: dict[tuple[str, str], int] = {}
+        self.max_ids: dict[tuple[Any, ...], Any] = {}
         self._ineligible: dict[str, Counter] = {}
         self.clean_problem: dict[tuple[str, int], str] = {}
         self._all_drawn: dict[str, bool] = {}
@@ -150,7 +151,7 @@ class Builder:
     def sample(self) -> dict[tuple[str, str], int]:
         self.verifier.clean()
         first = self._plan(self.templates)
-        per_template = Counter()
+        per_template: Counter[str] = Counter()
         for (tid, _), q in first.items():
             per_template[tid] += q
         bar = tqdm(self.templates, desc="sampling", disable=not self.progress, leave=False)
@@ -168,7 +169,7 @@ class Builder:
             self.stats.warnings.append(msg)
             warnings.warn(msg, BenchmarkBuildWarning, stacklevel=2)
         plan = self._plan(usable)
-        again = Counter()
+        again: Counter[str] = Counter()
         for (tid, _), q in plan.items():
             again[tid] += q
         for t in usable:  # a re-plan can raise a template's share: draw more if needed

@@ -30,6 +30,7 @@ def make_card(tasks: list[Task], info: dict[str, Any], db: Path | None = None, s
     """The benchmark card; ``workers`` processes compute its validity report (same numbers for any count)."""
     noise = [t for t in tasks if t.variant == "noise"]
     clean = [t for t in tasks if t.variant == "clean"]
+    noise_specs = [t.noise for t in noise if t.noise is not None]  # every noise task carries its spec
     full = Counter((t.intent, t.level, t.variant, t.noise.level if t.noise else "clean",
                     t.noise.subtype if t.noise else "clean") for t in tasks)
     complexity: dict[tuple[str, str], list[int]] = defaultdict(list)
@@ -46,8 +47,8 @@ def make_card(tasks: list[Task], info: dict[str, Any], db: Path | None = None, s
         "tasks": len(tasks),
         "templates": len({t.template_id for t in tasks}),
         "by_intent_level": _nested(Counter((t.intent, t.level) for t in noise)),
-        "by_noise_level": dict(sorted(Counter(t.noise.level for t in noise).items())),
-        "by_subtype": {s: n for s, n in sorted(Counter(t.noise.subtype for t in noise).items(),
+        "by_noise_level": dict(sorted(Counter(spec.level for spec in noise_specs).items())),
+        "by_subtype": {s: n for s, n in sorted(Counter(spec.subtype for spec in noise_specs).items(),
                                                 key=lambda kv: list(NOISE_SUBTYPES).index(kv[0]))},
         "by_expected": dict(sorted(Counter(f"{t.variant}:{t.expected.kind}" for t in tasks).items())),
         "by_abstain_reason": dict(sorted(Counter(t.expected.reason for t in noise if t.expected.is_abstain).items())),

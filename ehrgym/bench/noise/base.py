@@ -54,7 +54,7 @@ class InjectContext:
     clean_value: Any
     rng: np.random.Generator
     base: str = "base"
-    max_ids: dict[tuple[str, ...], Any] = field(default_factory=dict)  # id facts cached across contexts
+    max_ids: dict[tuple[Any, ...], Any] = field(default_factory=dict)  # id facts cached across contexts
     paraphrase: int = 0  # index of the paraphrase both twins are written in
     shown: dict[str, str] = field(default_factory=dict)  # parameter -> the alias the clean question shows
 
@@ -121,6 +121,7 @@ class InjectContext:
                 f"SELECT count(*), count(DISTINCT {ev.id_col}), min({ev.id_col}), max({ev.id_col}), "
                 f"bool_and({ev.id_col} - rowid = (SELECT min({ev.id_col}) FROM {self.base}.{spec.qualified})) "
                 f"FROM {self.base}.{spec.qualified}").fetchone()
+            assert got is not None  # an aggregate query always returns one row
             n, distinct, lo, hi, aligned = got
             self.max_ids[key] = bool(n and distinct == n and hi - lo + 1 == n and aligned)
         return ev.id_col if self.max_ids[key] else None
@@ -141,6 +142,7 @@ class InjectContext:
             return int(got[0]), got[1]
         first = self.con.execute(f"SELECT rowid, {idc} FROM {src} WHERE subject_id = ? ORDER BY rowid LIMIT 1",
                                  [row["subject_id"]]).fetchone()
+        assert first is not None  # ``row`` itself is a row of this subject
         return self.before(int(first[0]), first[1])
 
     def before(self, rowid: int, row_id: Any) -> tuple[int, Any]:
@@ -167,7 +169,9 @@ class InjectContext:
             return [ref] * k
         key = ("max", ev.table, ev.id_col)
         if key not in self.max_ids:
-            self.max_ids[key] = int(self.con.execute(f"SELECT max({ev.id_col}) FROM {src}").fetchone()[0] or 0)
+            top_row = self.con.execute(f"SELECT max({ev.id_col}) FROM {src}").fetchone()
+            assert top_row is not None  # an aggregate query always returns one row
+            self.max_ids[key] = int(top_row[0] or 0)
         top = self.max_ids[key]
         out: list[int] = []
         for lo, hi in ((ref + 1, min(ref + 1 + 50 * k + 200, top)), (max(ref - 50 * k - 200, 1), ref - 1)):

@@ -66,6 +66,7 @@ class NonexistentEntity(Injector):
 
     def inject(self, ctx: InjectContext) -> Injection | None:
         param = ctx.template.entity_ref
+        assert param is not None  # fits() admits only templates with an entity reference
         old = int(ctx.params[param])
         table = table_spec(ENTITY_TABLES[param]).qualified
         digits = len(str(old))
@@ -164,6 +165,7 @@ class FalsePremise(Injector):
 
     def inject(self, ctx: InjectContext) -> Injection | None:
         prem = ctx.template.premise
+        assert prem is not None  # fits() admits only templates with a premise
         rows = ctx.query(render_sql(prem.candidates_sql, ctx.params, {}))
         freq = value_frequency(ctx, prem.param)
         # only names clean questions of this template use, so the wrong name is not itself a cue
@@ -235,6 +237,7 @@ class TemporalMismatch(Injector):
 
     def inject(self, ctx: InjectContext) -> Injection | None:
         tw = ctx.template.time_window
+        assert tw is not None  # fits() admits only templates with a time window
         got = ctx.query(render_sql(tw.scope_sql, ctx.params, {}))
         if not got or got[0][0] is None or got[0][1] is None:
             return None
@@ -262,6 +265,8 @@ class TemporalMismatch(Injector):
                     return Injection(self.spec(question_edit=edit, description=desc), "abstain", "false_premise",
                                      params=params)
             return None
+        # a window without a year is a start/end window (TimeWindow sets one or the other)
+        assert tw.start is not None and tw.end is not None
         start, end = parse_stamp(ctx.params[tw.start]), parse_stamp(ctx.params[tw.end])
         lo, hi = self._database_range(ctx)
         before = [first - dt.timedelta(days=d) - (end - start) for d in BEFORE_DAYS]  # ends d days before
@@ -312,6 +317,7 @@ class LexicalVariation(Injector):
 
     def inject(self, ctx: InjectContext) -> Injection | None:
         param = ctx.template.lexical
+        assert param is not None  # fits() admits only templates with a lexical slot
         if ctx.template.answer.type == "boolean" and not ctx.clean_value:
             return None  # a name nobody matches already gives "no": the variation cannot trap here
         name = str(ctx.params[param])
@@ -350,8 +356,10 @@ class OutOfScope(Injector):
     def inject(self, ctx: InjectContext) -> Injection | None:
         t = ctx.template
         kind = slot_kind(t.lexical, t.evidence.table) if t.lexical else None
-        frames = [p for p in t.paraphrases if kind and "{" + t.lexical + "}" in p]
+        # (``kind`` is set only when ``t.lexical`` is)
+        frames = [p for p in t.paraphrases if kind and t.lexical and "{" + t.lexical + "}" in p]
         if frames:
+            assert kind is not None and t.lexical is not None
             frame = t.paraphrases[ctx.paraphrase] if t.paraphrases[ctx.paraphrase] in frames else frames[0]
             shown = ctx.shown.get(t.lexical, str(ctx.params[t.lexical]))  # as the clean twin names it
             phrases = swap_phrases(kind, shown, ends_clause(frame, t.lexical))
@@ -360,10 +368,10 @@ class OutOfScope(Injector):
             desc = f"asks for the {phrase!r}, which no table holds"
         else:
             # about the entity the clean question names (not e.g. the admission of a question about a stay)
-            shown = set(placeholders(t.paraphrases[ctx.paraphrase])) & set(ctx.params)
-            own = [q for q in FRAMES.get((t.intent, t.level), ()) if set(placeholders(q)) <= shown]
+            named = set(placeholders(t.paraphrases[ctx.paraphrase])) & set(ctx.params)
+            own = [q for q in FRAMES.get((t.intent, t.level), ()) if set(placeholders(q)) <= named]
             anywhere = [q for (_, level), qs in sorted(FRAMES.items()) if level == t.level for q in qs
-                        if set(placeholders(q)) <= shown]
+                        if set(placeholders(q)) <= named]
             usable = own or anywhere
             if not usable:
                 return None

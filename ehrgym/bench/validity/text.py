@@ -169,7 +169,7 @@ def _clean_vs_noise(tasks: list[Task], keep: Callable[[str], bool]) -> dict[str,
 
 
 def _answer_vs_abstain(tasks: list[Task], keep: Callable[[str], bool]) -> dict[str, Any]:
-    noisy = [t for t in tasks if t.variant == "noise" and keep(t.noise.subtype)]
+    noisy = [t for t in tasks if t.variant == "noise" and t.noise is not None and keep(t.noise.subtype)]
     train = [t for t in noisy if t.split == "train"]
     test = [t for t in noisy if t.split == "test"]
     out: dict[str, Any] = {"n_train": len(train), "n_test": len(test)}

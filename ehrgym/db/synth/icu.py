@@ -297,9 +297,9 @@ def chartevents(rng: np.random.Generator, st: Stays, lo: int = 0, hi: int | None
     # alarm limits checked every two hours
     alarm = hourly & (hod % 2 == 1)
     n_alarm = int(alarm.sum())
-    for itemid, value in ((220046, 120.0), (220047, 50.0), (223751, 160.0), (223752, 90.0), (223769, 100.0),
+    for itemid, alarm_value in ((220046, 120.0), (220047, 50.0), (223751, 160.0), (223752, 90.0), (223769, 100.0),
                           (223770, 90.0), (224161, 35.0), (224162, 8.0)):
-        emit(alarm, itemid, np.full(n_alarm, value))
+        emit(alarm, itemid, np.full(n_alarm, alarm_value))
     # weights and height
     k_first = np.zeros(n, dtype=bool)
     k_first[np.searchsorted(s, lo + np.flatnonzero(n_ticks > 0))] = True
@@ -498,37 +498,37 @@ def _background_input_rows(rng: np.random.Generator, st: Stays, items: list[Inpu
 def inputevents(rng: np.random.Generator, st: Stays) -> tuple[TableData, TableData]:
     S = st.adm.size
     parts = []
-    for inf_idx, inf in enumerate(INFUSIONS):
-        if inf.window == "shock":
+    for inf_idx, infusion in enumerate(INFUSIONS):
+        if infusion.window == "shock":
             w0, w1, ok = st.shock_start, st.shock_end, st.shock
-        elif inf.window == "vent":
+        elif infusion.window == "vent":
             w0, w1, ok = st.vent_start, st.vent_end, st.vent
         else:
             w0 = st.intime + uniform_int(rng, 10, 120, S) * MINUTE
             w1 = st.outtime - uniform_int(rng, 0, 120, S) * MINUTE
             ok = w1 - w0 > HOUR
-        eligible = ok & (rng.random(S) < inf.p)
-        if inf.condition:
-            eligible &= st.has(inf.condition)
+        eligible = ok & (rng.random(S) < infusion.p)
+        if infusion.condition:
+            eligible &= st.has(infusion.condition)
         sel = np.flatnonzero(eligible)
-        if inf.every_h:  # intermittent doses, one minute each
-            step = np.full(sel.size, inf.every_h * HOUR)
+        if infusion.every_h:  # intermittent doses, one minute each
+            step = np.full(sel.size, infusion.every_h * HOUR)
         else:
-            step = uniform_int(rng, inf.segment_h[0] * 60, inf.segment_h[1] * 60, sel.size) * MINUTE
+            step = uniform_int(rng, infusion.segment_h[0] * 60, infusion.segment_h[1] * 60, sel.size) * MINUTE
         n_seg = np.maximum((w1[sel] - w0[sel] - 1) // step + 1, 0)
         j, k = expand(n_seg)
         s = sel[j]
         start = w0[s] + k * step[j]
-        end = start + MINUTE if inf.every_h else np.minimum(start + step[j], w1[s])
+        end = start + MINUTE if infusion.every_h else np.minimum(start + step[j], w1[s])
         first_mask = k == 0
-        rate_base = inf.rate[0] + rng.random(S) * (inf.rate[1] - inf.rate[0])
-        rate = np.clip(rate_base[s] * np.exp(rng.normal(0, 0.15, s.size)), inf.rate[0], inf.rate[1])
+        rate_base = infusion.rate[0] + rng.random(S) * (infusion.rate[1] - infusion.rate[0])
+        rate = np.clip(rate_base[s] * np.exp(rng.normal(0, 0.15, s.size)), infusion.rate[0], infusion.rate[1])
         hours = (end - start) / HOUR
         dosing_weight = np.minimum(st.weight[s], MAX_DOSING_WEIGHT)
-        if inf.rate_uom is None:
+        if infusion.rate_uom is None:
             amount = np.ones(s.size)
             rate_out = np.full(s.size, np.nan)
-        elif inf.weight_based:
+        elif infusion.weight_based:
             amount = rate * dosing_weight * hours * 60 / 1000
             rate_out = rate
         else:
@@ -684,7 +684,8 @@ _CORE_WORDS = ("ventilat", "intubat", "extubat", "dialysis", "crrt", "culture", 
 def background_icu_items() -> tuple[tuple[dict[str, str], ...], tuple[dict[str, str], ...]]:
     """(procedure items, date-time items) of the catalog usable as background ICU events."""
     core = set(PROCEDURE_ITEMS) | {i for pair in LINE_DATES.values() for i in pair}
-    proc, dt = [], []
+    proc: list[dict[str, str]] = []
+    dt: list[dict[str, str]] = []
     for r in catalog.icu_event_items():
         text = f"{r['label']} {r['category']}".lower()
         if int(r["itemid"]) in core or any(w in text for w in _CORE_WORDS):
@@ -738,9 +739,9 @@ def procedures(rng: np.random.Generator, st: Stays) -> tuple[TableData, TableDat
     # background procedures of the catalog (imaging, communication, care tasks …), once per stay each
     b_s, b_item = _pick_items(rng, S, BACKGROUND_PROCEDURES_PER_STAY, bg_proc)
     b_start = st.intime + (rng.random(S) * (st.outtime - st.intime)).astype(np.int64)
-    for j, r in enumerate(bg_proc):
+    for proc_j, r in enumerate(bg_proc):
         mask = np.zeros(S, dtype=bool)
-        mask[b_s[b_item == j]] = True
+        mask[b_s[b_item == proc_j]] = True
         minutes = max(float(r["minutes_p50"] or 1), 1.0) if r["orderdescription"] == "ContinuousProcess" else 1.0
         add(int(r["itemid"]), mask, b_start, b_start + int(minutes) * MINUTE)
 
@@ -854,8 +855,8 @@ def d_items_table() -> TableData:
     rows.sort(key=lambda r: r[0])
     n = len(rows)
     idx = np.arange(n)
-    lo = np.array([np.nan if r[7] is None else r[7] for r in rows])
-    hi = np.array([np.nan if r[8] is None else r[8] for r in rows])
+    low = np.array([np.nan if r[7] is None else r[7] for r in rows])
+    high = np.array([np.nan if r[8] is None else r[8] for r in rows])
     return TableData("d_items", {
         "itemid": ints(np.array([r[0] for r in rows])),
         "label": cat(idx, [r[1] for r in rows]),
@@ -864,8 +865,8 @@ def d_items_table() -> TableData:
         "category": cat(idx, [r[4] for r in rows]),
         "unitname": cat(idx, [r[5] for r in rows]),
         "param_type": cat(idx, [r[6] for r in rows]),
-        "lownormalvalue": floats(np.nan_to_num(lo), null=np.isnan(lo)),
-        "highnormalvalue": floats(np.nan_to_num(hi), null=np.isnan(hi)),
+        "lownormalvalue": floats(np.nan_to_num(low), null=np.isnan(low)),
+        "highnormalvalue": floats(np.nan_to_num(high), null=np.isnan(high)),
     })
 
 

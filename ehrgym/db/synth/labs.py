@@ -146,11 +146,11 @@ def _draw_times(rng: np.random.Generator, c: Cohort) -> tuple[np.ndarray, np.nda
     n_days = np.maximum((c.dischtime - first_day) // DAY + 1, 0)
     adm, day = expand(n_days)
     base = first_day[adm] + day * DAY
-    for kind, lo, hi, p in ((MORNING, 4 * 60, 6 * 60, 1.0), (EVENING, 15 * 60, 19 * 60, 0.25)):
+    for draw_kind, lo, hi, p in ((MORNING, 4 * 60, 6 * 60, 1.0), (EVENING, 15 * 60, 19 * 60, 0.25)):
         keep = rng.random(adm.size) < p
         adm_parts.append(adm[keep])
         t_parts.append(base[keep] + uniform_int(rng, lo, hi, int(keep.sum())) * MINUTE)
-        k_parts.append(np.full(int(keep.sum()), kind))
+        k_parts.append(np.full(int(keep.sum()), draw_kind))
     # ICU: every six hours
     s = c.stays
     n_icu = np.maximum((c.icu_out[s] - c.icu_in[s] - 2 * HOUR) // (6 * HOUR), 0)
@@ -355,12 +355,12 @@ def generate(rng: np.random.Generator, c: Cohort, visits: tuple[np.ndarray, np.n
         spec_offset += n_spec
         draws_out.append(draws)
         yield chunk
-    k = np.arange(item_ids.size)
+    item_k = np.arange(item_ids.size)
     yield TableData("d_labitems", {
         "itemid": ints(item_ids),
-        "label": cat(k, labels),
-        "fluid": cat(k, fluids),
-        "category": cat(k, categories),
+        "label": cat(item_k, labels),
+        "fluid": cat(item_k, fluids),
+        "category": cat(item_k, categories),
     })
 
 

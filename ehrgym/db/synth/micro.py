@@ -141,11 +141,11 @@ def _specimens(rng: np.random.Generator, c: Cohort, visits: tuple[np.ndarray, np
             for s in range(spec.sets):
                 parts.append((rep, np.full(rep.size, si), t + s * 10 * MINUTE, np.zeros(rep.size, dtype=bool),
                               np.zeros(rep.size, dtype=np.int64)))
-    s = c.stays
-    screen_t = c.icu_in[s] + uniform_int(rng, 20, 180, s.size) * MINUTE
-    ok = screen_t < c.icu_out[s]
+    stays = c.stays
+    screen_t = c.icu_in[stays] + uniform_int(rng, 20, 180, stays.size) * MINUTE
+    ok = screen_t < c.icu_out[stays]
     si = SPEC_KEYS.index("mrsa")
-    parts.append((s[ok], np.full(int(ok.sum()), si), screen_t[ok], rng.random(int(ok.sum())) < 0.08,
+    parts.append((stays[ok], np.full(int(ok.sum()), si), screen_t[ok], rng.random(int(ok.sum())) < 0.08,
                   np.full(int(ok.sum()), ORG_IDS.index(80023))))
     # background cultures: other specimen types, negative, during the stay or at a clinic visit
     _, w_in, w_out = background_specimens()
@@ -156,15 +156,15 @@ def _specimens(rng: np.random.Generator, c: Cohort, visits: tuple[np.ndarray, np
     v_pat, v_t = visits
     v_i, s_o = _draw(rng, rng.poisson(OUTPATIENT_PER_VISIT, v_pat.size), w_out)
     adm = np.concatenate([p[0] for p in parts])
-    spec = np.concatenate([p[1] for p in parts] + [len(SPEC_KEYS) + s_o])
+    spec_idx = np.concatenate([p[1] for p in parts] + [len(SPEC_KEYS) + s_o])
     t = np.minimum(np.concatenate([p[2] for p in parts]), c.dischtime[adm] - MINUTE)
     t = np.concatenate([t, v_t[v_i] + uniform_int(rng, 0, 20, v_i.size) * MINUTE])
     grows = np.concatenate([p[3] for p in parts] + [np.zeros(v_i.size, dtype=bool)])
     org = np.concatenate([p[4] for p in parts] + [np.zeros(v_i.size, dtype=np.int64)])
     pat = np.concatenate([c.pat[adm], v_pat[v_i]])
     adm = np.concatenate([adm, np.full(v_i.size, -1)])
-    order = lexorder((spec, t, pat))
-    return pat[order], adm[order], spec[order], t[order], grows[order], org[order]
+    order = lexorder((spec_idx, t, pat))
+    return pat[order], adm[order], spec_idx[order], t[order], grows[order], org[order]
 
 
 NO_MIC_SHARE = 38 / 1036
@@ -185,8 +185,8 @@ def generate(rng: np.random.Generator, c: Cohort, visits: tuple[np.ndarray, np.n
     ab_table = np.full((len(ORG_IDS), max(len(v) for v in SUSCEPTIBILITY.values())), -1)
     p_res = np.zeros(ab_table.shape)
     for oi, o in enumerate(ORG_IDS):
-        for j, (ab, pr) in enumerate(sorted(SUSCEPTIBILITY[o].items())):
-            ab_table[oi, j] = AB_IDS.index(ab)
+        for j, (ab_id, pr) in enumerate(sorted(SUSCEPTIBILITY[o].items())):
+            ab_table[oi, j] = AB_IDS.index(ab_id)
             p_res[oi, j] = pr
     ab = np.where(tested, ab_table[org[sp], np.where(tested, pos, 0)], -1)
     u = rng.random(n)
