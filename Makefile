@@ -18,7 +18,7 @@ SPLIT ?= test
 MIMIC_DIR ?= ../shared/mimic-iv-demo-2.2
 DATA := data
 
-.PHONY: venv test test-slow test-all typecheck reproduce llm-smoke train-smoke bench clean-data lock
+.PHONY: venv lint test test-slow test-all reproduce llm-smoke train-smoke bench clean-data lock
 
 LOCK := requirements/lock.txt
 # optional extras to install too (CI: dev,hf,train,serve,ray,browser); their tests skip when absent
@@ -33,8 +33,13 @@ $(STAMP): pyproject.toml $(LOCK)
 venv: $(STAMP)
 
 # the default suite; the slow end-to-end cases (tests/conftest.py SLOW_TESTS) run with `make test-slow`
-test: $(STAMP)
+test: lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow"
+
+# ruff (pyflakes, bugbear) on the code and tests, mypy on the package: both must be clean
+lint: $(STAMP)
+	$(BIN)/python -m ruff check ehrgym tests benchmarks scripts
+	$(BIN)/python -m mypy ehrgym
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m slow
@@ -43,9 +48,6 @@ test-all: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 # static types (config: pyproject.toml [tool.mypy]); not yet part of `make test`
-typecheck: $(STAMP)
-	$(BIN)/python -m mypy ehrgym
-
 reproduce: $(STAMP)
 	$(BIN)/python -m ehrgym.pipeline --source $(SOURCE) --patients $(PATIENTS) --seed $(SEED) \
 		--config $(CONFIG) --k $(K) --workers $(WORKERS) --split $(SPLIT) --mimic-dir "$(MIMIC_DIR)" --data $(DATA)
