@@ -29,7 +29,7 @@ from ehrgym.db.connect import attach_base
 from ehrgym.db.overlay import Overlay, OverlaySession
 from ehrgym.db.schema import search_path_sql
 from ehrgym.errors import EhrGymError
-from ehrgym.lesson import (ANSWER_CHOICE, PREDICTION_CHOICES, EvidenceComparison, Prediction, Reveal,
+from ehrgym.lesson import (ANSWER_CHOICE, cell_key, PREDICTION_CHOICES, EvidenceComparison, Prediction, Reveal,
                            compare_evidence, expected_words, question_diff_html, question_diff_text, relevant_columns,
                            round_frame, said_text, score_prediction, steps_html, subtype_label)
 from ehrgym.vocab import INTENTS, LEVELS, NOISE_LEVELS, NOISE_SUBTYPES, SPLITS, VARIANTS
@@ -398,7 +398,7 @@ def evidence_diff(clean: pd.DataFrame, noise: pd.DataFrame) -> pd.DataFrame:
     n = noise.reindex(columns=cols)
 
     def keys(df: pd.DataFrame) -> list[tuple[str, ...]]:
-        return [tuple(_cell_key(v) for v in row) for row in df.itertuples(index=False, name=None)]
+        return [tuple(cell_key(v) for v in row) for row in df.itertuples(index=False, name=None)]
 
     ck, nk = keys(c), keys(n)
     remaining = Counter(nk)
@@ -422,19 +422,6 @@ def evidence_diff(clean: pd.DataFrame, noise: pd.DataFrame) -> pd.DataFrame:
     right = right[right[STATUS_COLUMN].notna()]
     out = pd.concat([left, right], ignore_index=True)
     return out[[STATUS_COLUMN] + cols]
-
-
-def _cell_key(v: Any) -> str:
-    if v is None or (isinstance(v, float) and v != v):
-        return "\0null"
-    if v is pd.NaT:
-        return "\0null"
-    try:
-        if pd.isna(v):
-            return "\0null"
-    except (TypeError, ValueError):
-        pass
-    return repr(v) if isinstance(v, float) else str(v)
 
 
 class NoiseExplorer:

@@ -263,8 +263,8 @@ def compare_evidence(clean: pd.DataFrame, noise: pd.DataFrame, *, data_changed: 
     c = round_frame(clean.reindex(columns=cols), decimals)
     n = round_frame(noise.reindex(columns=cols), decimals)
     ids = [i for i, col in enumerate(cols) if _row_id(col, c[col], n[col])]
-    ck_full = [tuple(_key(v) for v in r) for r in c.itertuples(index=False, name=None)]
-    nk_full = [tuple(_key(v) for v in r) for r in n.itertuples(index=False, name=None)]
+    ck_full = [tuple(cell_key(v) for v in r) for r in c.itertuples(index=False, name=None)]
+    nk_full = [tuple(cell_key(v) for v in r) for r in n.itertuples(index=False, name=None)]
     # rows match on their content: a row id column (unique on both sides) is bookkeeping — a re-stored
     # copy differs from its original only there, and an insert renumbers dense ids after it
     ck = [tuple(v for i, v in enumerate(k) if i not in ids) for k in ck_full]
@@ -346,25 +346,25 @@ def _row_id(name: str, a: pd.Series, b: pd.Series) -> bool:
     return all(s.notna().all() and s.is_unique for s in (a, b)) and (len(a) + len(b)) > 0
 
 
-def _key(v: Any) -> str:
+def _is_null(v: Any) -> bool:
     if v is None or v is pd.NaT:
-        return "\0null"
+        return True
     try:
-        if pd.isna(v):
-            return "\0null"
-    except (TypeError, ValueError):
-        pass
+        return bool(pd.isna(v))
+    except (TypeError, ValueError):   # lists, arrays: not a scalar NULL
+        return False
+
+
+def cell_key(v: Any) -> str:
+    """A cell as a comparable key: NULLs alike, floats by their exact repr."""
+    if _is_null(v):
+        return "\0null"
     return repr(v) if isinstance(v, float) else str(v)
 
 
 def _show(v: Any) -> str:
-    if v is None or v is pd.NaT:
+    if _is_null(v):
         return "NULL"
-    try:
-        if pd.isna(v):
-            return "NULL"
-    except (TypeError, ValueError):
-        pass
     if isinstance(v, float):
         return f"{v:g}" if abs(v) < 1e15 else repr(v)
     if isinstance(v, pd.Timestamp):
