@@ -48,6 +48,11 @@ def test_template_is_well_formed(template):
 
 # discards by the label rules (a trap must move the answer meaningfully; a conflict must change it)
 LABEL_DISCARDS = {"trap_too_small", "conflict_does_not_change_answer"}
+# (template, subtype) whose trap needs a larger hospital than this 200-patient fixture: a median (MIC50)
+# moves only when several isolates leave the window, and the fixture's cohorts are small since
+# susceptibilities without an MIC make entities ineligible (synthetic release 5). The 1k `paper` build
+# has such pairs (3 in this release).
+FIXTURE_TOO_SMALL = {("microbiology.cohort_mic50", "out_of_window")}
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +89,8 @@ def test_template_pairs_verify_for_every_applicable_subtype(builder, template):
             seen = dict(Counter(builder.stats.discarded_by_subtype[subtype]) - before)
             if set(seen) & LABEL_DISCARDS and set(seen) <= LABEL_DISCARDS | {"no_trap"}:
                 continue  # no candidate's trap moved the answer meaningfully: rightly no pair
+            if (template.id, subtype) in FIXTURE_TOO_SMALL and "no_trap" in seen:
+                continue
             failures[subtype] = seen
             continue
         noise = made.noise

@@ -42,7 +42,7 @@ def test_card_outcome_names_the_expected_reason() -> None:
 def test_empty_card_field_is_an_error() -> None:
     with pytest.raises(BenchmarkError, match="empty field"):
         TeachingCard("X", "a b c", " ", "a b c", "a b c", "a b c")
-    with pytest.raises(BenchmarkError, match="no injector"):
+    with pytest.raises(BenchmarkError, match="unknown noise injector"):
         teaching_card("no_such_subtype")
 
 

@@ -25,6 +25,7 @@ from ehrgym.bench.templates.base import Template
 from ehrgym.db.overlay import to_json_value
 from ehrgym.db.schema import table_spec
 from ehrgym.errors import BenchmarkError
+from ehrgym.registry import Registry
 from ehrgym.vocab import NOISE_SUBTYPES
 
 ROWID = "__rowid"
@@ -282,7 +283,9 @@ class Injector:
                          description or self.description)
 
 
-INJECTORS: dict[str, Injector] = {}
+# One instance per subtype; other packages plug in through the entry-point group
+# ``ehrgym.noise_injectors`` (a module whose ``@register_injector`` classes register themselves).
+INJECTORS: Registry[Injector] = Registry("noise injector", group="ehrgym.noise_injectors", error=BenchmarkError)
 
 
 def register_injector(cls: type[Injector]) -> type[Injector]:
@@ -291,14 +294,11 @@ def register_injector(cls: type[Injector]) -> type[Injector]:
         raise BenchmarkError(f"{cls.__name__}: unknown noise subtype {cls.subtype!r}")
     if cls.subtype in INJECTORS:
         raise BenchmarkError(f"noise subtype {cls.subtype!r} registered twice")
-    INJECTORS[cls.subtype] = cls()
+    INJECTORS.add(cls.subtype, cls())
     return cls
 
 
 def get_injector(subtype: str) -> Injector:
     from ehrgym.bench import noise  # noqa: F401  (registers the injectors)
 
-    try:
-        return INJECTORS[subtype]
-    except KeyError:
-        raise BenchmarkError(f"no injector for noise subtype {subtype!r}; known: {sorted(INJECTORS)}") from None
+    return INJECTORS.get(subtype)

@@ -1,4 +1,8 @@
-"""The one template registry: ``register`` adds a template, ``all_templates`` lists them."""
+"""The one template registry: ``register`` adds a template, ``all_templates`` lists them.
+
+Other packages add templates through the entry-point group ``ehrgym.templates``: an entry point
+naming a module whose import calls :func:`register`, or a :class:`Template` object.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +10,9 @@ import importlib
 
 from ehrgym.bench.templates.base import Template
 from ehrgym.errors import BenchmarkError
+from ehrgym.registry import Registry
 
-_REGISTRY: dict[str, Template] = {}
+TEMPLATES: Registry[Template] = Registry("template", group="ehrgym.templates", error=BenchmarkError)
 
 # Modules whose import registers templates (one per intent, then the harder multi-intent
 # ones). A module that does not exist yet
@@ -29,9 +34,7 @@ TEMPLATE_MODULES: tuple[str, ...] = (
 def register(*templates: Template) -> None:
     """Register templates (called at import time of a template module)."""
     for t in templates:
-        if t.id in _REGISTRY and _REGISTRY[t.id] != t:
-            raise BenchmarkError(f"template id {t.id!r} is registered twice")
-        _REGISTRY[t.id] = t
+        TEMPLATES.add(t.id, t)
 
 
 def _load() -> None:
@@ -41,17 +44,16 @@ def _load() -> None:
         except ModuleNotFoundError as exc:
             if exc.name != module:
                 raise
+    TEMPLATES.load_plugins()
 
 
 def all_templates() -> list[Template]:
     """Every registered template, sorted by id."""
     _load()
-    return [_REGISTRY[k] for k in sorted(_REGISTRY)]
+    entries = TEMPLATES.loaded()
+    return [entries[k] for k in sorted(entries)]
 
 
 def get_template(template_id: str) -> Template:
     _load()
-    try:
-        return _REGISTRY[template_id]
-    except KeyError:
-        raise BenchmarkError(f"unknown template {template_id!r}; known: {sorted(_REGISTRY)}") from None
+    return TEMPLATES.get(template_id)
