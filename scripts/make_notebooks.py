@@ -660,23 +660,25 @@ write("06_transfer", [
 Do gains in the gym carry over to public EHR benchmarks, scored by their own rules? This notebook
 builds the external benchmarks that are available (`ehrgym external build`), runs the same agents
 on them (`ehrgym eval run`: any agent, `k` trials, resumable) and shows the transfer table and
-figure — per benchmark: the official metric (RS(c) for EHRSQL), answer accuracy and abstention
-precision/recall — next to gym runs when `gym_runs` names them.
+figure — per benchmark: the official metric (RS(c) for EHRSQL, the success rate for MedAgentBench,
+also per task type), answer accuracy and abstention precision/recall — next to gym runs when
+`gym_runs` names them.
 
 EHRSQL 2024 runs offline (its database is included with the question set). EHRSQL 2022 and
 MIMICSQL need your credentialed SQLite database: pass it in `resources`, e.g.
-`{"ehrsql-2022-mimic-iii": {"db": "/path/mimic_iii.sqlite"}}`; without it they are skipped and the
-reason is shown. With no LLM configured (`model` or `EHRGYM_MODEL`) only the scripted baselines
+`{"ehrsql-2022-mimic-iii": {"db": "/path/mimic_iii.sqlite"}}`. MedAgentBench v2 needs its FHIR server
+(the benchmark's docker image, see README): `{"medagentbench-v2": {"fhir_url": "http://localhost:8080/fhir/"}}`.
+Without them these benchmarks are skipped and the reason is shown. With no LLM configured (`model` or `EHRGYM_MODEL`) only the scripted baselines
 that make sense here run: `external-oracle` (ceiling) and `external-abstain` (floor). `make
 reproduce` does not run this notebook.
 """),
     params("""
-benchmarks = ["ehrsql-2024", "ehrsql-2022-mimic-iii", "ehrsql-2022-eicu", "mimicsql"]
+benchmarks = ["ehrsql-2024", "ehrsql-2022-mimic-iii", "ehrsql-2022-eicu", "mimicsql", "medagentbench-v2"]
 agents = None             # None: the scripted baselines, plus "chat" when an LLM is configured
-resources = {}            # benchmark -> {"db": path} for the benchmarks that run on your database
+resources = {}            # benchmark -> {"db": path} or {"fhir_url": url} for those that run on yours
 data = None               # external data folder (None: $EHRGYM_EXTERNAL_DIR or ../shared/external)
 out_dir = "../data/external"
-split = "dev"             # the split evaluated (dev = the validation split of each benchmark)
+split = "dev"             # the split evaluated (dev = the validation split; a benchmark without it runs whole)
 limit = None              # only the first N questions
 k = 1                     # trials per question
 workers = 1
@@ -714,6 +716,13 @@ an answerable one, −c for a wrong answer (c = 0, 5, 10, N); percentages, mean 
     code("""
 table = transfer.transfer_report(result.run_dirs, out_dir, gym_runs)
 table
+"""),
+    md("""
+Success rate per benchmark and system: overall, and for MedAgentBench (its official metric)
+per task type task1 … task10.
+"""),
+    code("""
+pd.read_csv(f"{out_dir}/tables/transfer_by_task_type.csv")
 """),
     code("""
 display(Image(filename=f"{out_dir}/figures/transfer.png"))

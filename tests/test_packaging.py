@@ -62,4 +62,5 @@ def test_lock_pins_every_declared_package_inside_its_range() -> None:
 
 def test_make_installs_with_the_lock() -> None:
     makefile = (REPO / "Makefile").read_text()
-    assert "LOCK := requirements/lock.txt" in makefile and '-c $(LOCK) -e ".[dev]"' in makefile
+    assert "LOCK := requirements/lock.txt" in makefile and '-c $(LOCK) -e ".[$(EXTRAS)]"' in makefile
+    assert "EXTRAS ?= dev" in makefile
