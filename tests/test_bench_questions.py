@@ -99,9 +99,11 @@ def test_the_probes_give_the_same_numbers_in_worker_processes(built, validity):
 
 
 def test_the_probe_catches_a_planted_shortcut(built):
-    """The probe can fail: noisy twins that share a cue word are found at once."""
+    """The probe can fail: noisy twins that share a cue word are found at once (here every twin that
+    expects an abstention; with outcomes balanced per template, a cue on query-level twins alone moves
+    the overall answer-vs-abstain probe too little to be a fair check)."""
     planted = [replace(t, question=t.question + " (as noted in the chart)") if t.variant == "noise"
-               and t.noise.level == "query" and t.expected.is_abstain else t for t in built]
+               and t.expected.is_abstain else t for t in built]
     probe = text_validity(planted)
     assert probe["clean_vs_noise_query"]["accuracy"] >= 0.75
     assert probe["answer_vs_abstain"]["accuracy"] >= probe["answer_vs_abstain"]["majority"] + 0.1
