@@ -120,6 +120,25 @@ def test_full_episodes_through_the_client_equal_in_process(server: Server, bench
     assert server.manager.health()["active_sessions"] == 0
 
 
+def test_step_info_carries_no_timings_or_cache_hits(server: Server, bench: Benchmark) -> None:
+    """Timings and result-cache hits tell whether a query read data an earlier episode read unchanged
+    (an untouched table): the server strips them, and its sessions run without the cache."""
+    from ehrgym.env.episode import PRIVATE_INFO_KEYS
+
+    task = picked(bench)[0]
+    with EpisodeClient(server.url) as client:
+        for _ in range(2):   # the same query in two episodes: a cache would hit the second time
+            client.reset(task.public_id)
+            for action in script(task, wrong=False):
+                info = client.step(action).info
+                assert not set(info) & set(PRIVATE_INFO_KEYS), info
+    env = server.manager._new_env()
+    try:
+        assert env.config.result_cache == 0 and env.results.size == 0
+    finally:
+        env.close()
+
+
 def test_429_when_full_with_a_clear_message(server: Server, bench: Benchmark) -> None:
     task = bench.tasks[0].public_id
     clients = [EpisodeClient(server.url) for _ in range(3)]

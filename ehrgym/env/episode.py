@@ -112,6 +112,17 @@ class StepResult:
         return iter((self.observation, self.reward, self.terminated, self.truncated, self.info))
 
 
+# step info an agent must not see: timings and result-cache hits say whether the data a query read
+# is the same as in an earlier episode (an untouched table), i.e. something about the overlay
+PRIVATE_INFO_KEYS: tuple[str, ...] = ("seconds", "gate_seconds", "db_seconds", "format_seconds",
+                                      "python_seconds", "cached")
+
+
+def public_info(info: dict[str, Any]) -> dict[str, Any]:
+    """``info`` without what could reveal the overlay (:data:`PRIVATE_INFO_KEYS`)."""
+    return {k: v for k, v in info.items() if k not in PRIVATE_INFO_KEYS}
+
+
 @lru_cache(maxsize=8)
 def schema_summary(profile: Any = None) -> str:
     """The exposed tables (MIMIC-IV's 31 unless ``profile`` names others) and their columns, one line per table."""

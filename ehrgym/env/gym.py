@@ -29,11 +29,10 @@ import gymnasium
 from gymnasium import spaces
 
 from ehrgym.bench.task import Task
-from ehrgym.env.episode import EhrEnv, EnvConfig
+from ehrgym.env.episode import EhrEnv, EnvConfig, public_info
 from ehrgym.errors import BenchmarkError
 
 ENV_ID = "EHRRobustGym-v0"
-_TIMING_KEYS = ("seconds", "gate_seconds", "db_seconds", "format_seconds", "python_seconds", "cached")
 
 
 class UnicodeText(spaces.Text):
@@ -113,10 +112,7 @@ class EhrGymEnv(gymnasium.Env):
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         result = self.env.step(action)
-        info = dict(result.info)
-        if not self.timings_in_info:
-            for key in _TIMING_KEYS:
-                info.pop(key, None)
+        info = dict(result.info) if self.timings_in_info else public_info(result.info)
         info["task_id"] = result.observation.task_id
         terminated, truncated = result.terminated, result.truncated
         self._last_text = result.observation.text

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ehrgym.bench.task import Task
-from ehrgym.env.episode import EhrEnv, EnvConfig, Observation, StepResult
+from ehrgym.env.episode import EhrEnv, EnvConfig, Observation, StepResult, public_info
 from ehrgym.errors import EnvironmentStateError
 from ehrgym.serve.errors import BadRequest, EpisodeOver, PayloadTooLarge, ServerFull, SessionNotFound, UnknownTask
 
@@ -101,7 +101,7 @@ def observation_dict(obs: Observation) -> dict[str, Any]:
 def step_dict(result: StepResult, session_id: str) -> dict[str, Any]:
     return {"session_id": session_id, "observation": observation_dict(result.observation),
             "reward": float(result.reward), "done": result.done, "terminated": result.terminated,
-            "truncated": result.truncated, "info": jsonable(result.info)}
+            "truncated": result.truncated, "info": jsonable(public_info(result.info))}
 
 
 @dataclass
@@ -327,7 +327,9 @@ class SessionManager:
             return None
 
     def _new_env(self) -> EhrEnv:
-        env = EhrEnv(self.db_path, self.config.env, pool=self.pool, python_pool=self.python_pool, gate=self.gate)
+        # no result cache for remote clients: a hit is faster, and a client can time its requests
+        env = EhrEnv(self.db_path, dataclasses.replace(self.config.env, result_cache=0), pool=self.pool,
+                     python_pool=self.python_pool, gate=self.gate)
         env.benchmark = self.benchmark
         return env
 
