@@ -53,10 +53,9 @@ except ImportError as exc:
     print(f"bench_serve skipped: the serve extra is not installed ({exc.name}); pip install -e '.[serve]'")
     sys.exit(0)
 
-from ehrgym.bench.answers import format_answer  # noqa: E402
 from ehrgym.bench.task import Task  # noqa: E402
 from ehrgym.env.episode import EhrEnv, EnvConfig  # noqa: E402
-from ehrgym.serve.client import EpisodeClient  # noqa: E402
+from ehrgym.serve.client import EpisodeClient, scripted_actions  # noqa: E402
 from ehrgym.serve.errors import ServerUnavailable, SessionNotFound  # noqa: E402
 
 DATA = REPO / "data" / "bench_serve"
@@ -75,18 +74,6 @@ def ensure_data() -> tuple[Path, Path]:
     if not (bench / "manifest.json").exists():
         build_benchmark(db, bench, config="small", seed=5, progress=False)
     return bench, db
-
-
-def script(task: Task, wrong: bool) -> list[dict[str, Any]]:
-    e = task.expected
-    if wrong:
-        final: dict[str, Any] = {"tool": "answer", "value": "-1"}
-    elif e.is_abstain:
-        final = {"tool": "answer", "abstain": e.reason, "explanation": "scripted"}
-    else:
-        value = list(e.value) if e.answer.type in ("set", "list") else format_answer(e.value, e.answer)
-        final = {"tool": "answer", "value": value}
-    return [{"tool": "sql", "query": task.gold_sql}, final]
 
 
 @dataclass(frozen=True)
@@ -171,7 +158,7 @@ def reference(bench: Path, db: Path, keys: dict[tuple[str, bool], Episode]) -> t
         for key, ep in keys.items():
             env.reset(ep.task)
             steps = []
-            for action in script(ep.task, ep.wrong):
+            for action in scripted_actions(ep.task, ep.wrong):
                 t0 = time.perf_counter()
                 result = env.step(action)
                 steps.append(time.perf_counter() - t0)
@@ -181,7 +168,7 @@ def reference(bench: Path, db: Path, keys: dict[tuple[str, bool], Episode]) -> t
 
 def run_episode(client: EpisodeClient, ep: Episode, lat: list[float]) -> float:
     client.reset(ep.task.public_id)
-    for action in script(ep.task, ep.wrong):
+    for action in scripted_actions(ep.task, ep.wrong):
         t0 = time.perf_counter()
         result = client.step(action)
         lat.append(time.perf_counter() - t0)
@@ -302,13 +289,13 @@ def main() -> None:
                         run_episode(client, ep, lat)
                     else:
                         env.reset(ep.task)
-                        for action in script(ep.task, ep.wrong):
+                        for action in scripted_actions(ep.task, ep.wrong):
                             t0 = time.perf_counter()
                             env.step(action)
                             here.append(time.perf_counter() - t0)
                 remote += lat
                 paired_local += here
-                for action, r, l in zip(script(ep.task, ep.wrong), lat, here, strict=True):
+                for action, r, l in zip(scripted_actions(ep.task, ep.wrong), lat, here, strict=True):
                     diffs[action["tool"]].append(r - l)
             rtt = []
             for _ in range(200):

@@ -17,14 +17,13 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 httpx = pytest.importorskip("httpx")
 
-from ehrgym.bench.answers import format_answer  # noqa: E402
 from ehrgym.bench.build import build_benchmark  # noqa: E402
 from ehrgym.bench.configs import BuildConfig  # noqa: E402
 from ehrgym.bench.dataset import Benchmark, load_benchmark  # noqa: E402
 from ehrgym.bench.task import Task  # noqa: E402
 from ehrgym.env.episode import EhrEnv, EnvConfig  # noqa: E402
 from ehrgym.errors import EnvironmentStateError  # noqa: E402
-from ehrgym.serve.client import EpisodeClient  # noqa: E402
+from ehrgym.serve.client import EpisodeClient, scripted_actions  # noqa: E402
 from ehrgym.serve.errors import (EpisodeOver, PayloadTooLarge, ServerFull,  # noqa: E402
                                  ServerUnavailable, SessionNotFound, UnknownTask)
 from ehrgym.serve.sessions import PUBLIC_TASK_FIELDS, ServeConfig, SessionManager  # noqa: E402
@@ -80,19 +79,6 @@ def server(bench_dir: Path, synth_db: Path) -> Iterator[Server]:
     srv.stop()
 
 
-def script(task: Task, wrong: bool = False) -> list[dict[str, Any]]:
-    """The gold query, then the expected answer or abstention (or a wrong answer)."""
-    e = task.expected
-    if wrong:
-        final = {"tool": "answer", "value": "-1"}
-    elif e.is_abstain:
-        final = {"tool": "answer", "abstain": e.reason, "explanation": "scripted"}
-    else:
-        value = list(e.value) if e.answer.type in ("set", "list") else format_answer(e.value, e.answer)
-        final = {"tool": "answer", "value": value}
-    return [{"tool": "sql", "query": task.gold_sql}, final]
-
-
 def picked(bench: Benchmark) -> list[Task]:
     clean = [t for t in bench.tasks if t.variant == "clean"][:2]
     noise = [t for t in bench.tasks if t.variant == "noise" and t.expected.is_abstain][:2]
@@ -104,7 +90,7 @@ def test_full_episodes_through_the_client_equal_in_process(server: Server, bench
     tasks = picked(bench)
     with EhrEnv.from_benchmark(bench_dir, synth_db, ENV) as env, EpisodeClient(server.url) as client:
         for i, task in enumerate(tasks):
-            actions = script(task, wrong=(i == 3))
+            actions = scripted_actions(task, wrong=(i == 3))
             local_obs, remote_obs = env.reset(task), client.reset(task.public_id)
             assert remote_obs.text == local_obs.text and remote_obs.task_id == task.public_id
             assert client.state()["step_count"] == 0
@@ -129,7 +115,7 @@ def test_step_info_carries_no_timings_or_cache_hits(server: Server, bench: Bench
     with EpisodeClient(server.url) as client:
         for _ in range(2):   # the same query in two episodes: a cache would hit the second time
             client.reset(task.public_id)
-            for action in script(task, wrong=False):
+            for action in scripted_actions(task, wrong=False):
                 info = client.step(action).info
                 assert not set(info) & set(PRIVATE_INFO_KEYS), info
     env = server.manager._new_env()
@@ -289,16 +275,16 @@ def test_a_restarted_server_tells_the_client_and_the_client_resumes(bench_dir: P
     task = picked(bench)[0]
     client = EpisodeClient(first.url, retries=1, backoff_s=0.01)
     client.reset(task.public_id)
-    client.step(script(task)[0])
+    client.step(scripted_actions(task)[0])
     first.stop()
     with pytest.raises(ServerUnavailable, match="is it running"):
-        client.step(script(task)[1])
+        client.step(scripted_actions(task)[1])
     second = Server(SessionManager(bench_dir, synth_db, cfg, reaper=False), port=port)
     try:
         with pytest.raises(SessionNotFound, match="the server restarted"):
-            client.step(script(task)[1])
+            client.step(scripted_actions(task)[1])
         client.reset(task.public_id)                       # resume: the episode again, in a new session
-        for action in script(task):
+        for action in scripted_actions(task):
             result = client.step(action)
         assert result.reward == 1.0 and second.manager.health()["episodes_ended"] == 1
         client.close()
@@ -342,7 +328,7 @@ def test_websocket_speaks_openenv_messages(server: Server, bench: Benchmark, ben
         assert send({"type": "step", "data": {"tool": "sql", "query": "SELECT 1"}})["type"] == "error"
         first = send({"type": "reset", "data": {"task_id": task.public_id}})
         assert first["type"] == "observation" and first["data"]["done"] is False
-        for action in script(task):
+        for action in scripted_actions(task):
             out = send({"type": "step", "data": action})
         assert out["type"] == "observation" and out["data"]["done"] and out["data"]["reward"] == 1.0
         assert send({"type": "state"})["data"]["step_count"] == 2
@@ -364,7 +350,7 @@ def test_mcp_tools_run_an_episode(bench_dir: Path, synth_db: Path, bench: Benchm
     task = picked(bench)[0]
     with EhrEnv.from_benchmark(bench_dir, synth_db, ENV) as env:
         env.reset(task)
-        for action in script(task):
+        for action in scripted_actions(task):
             local = env.step(action)
 
     def data(result: Any) -> dict[str, Any]:
@@ -382,7 +368,7 @@ def test_mcp_tools_run_an_episode(bench_dir: Path, synth_db: Path, bench: Benchm
             eid = started["episode_id"]
             sql = data(await client.call_tool("sql", {"episode_id": eid, "query": task.gold_sql}))
             assert sql["done"] is False and sql["steps_left"] == ENV.max_steps - 1
-            final = script(task)[1]
+            final = scripted_actions(task)[1]
             args = {"episode_id": eid, **{k: v for k, v in final.items() if k != "tool"}}
             verdict = data(await client.call_tool("answer", args))
             bad = await client.call_tool("sql", {"episode_id": eid, "query": "SELECT 1"})

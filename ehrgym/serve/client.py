@@ -169,3 +169,19 @@ class EpisodeClient:
         cls = ERRORS.get(code or "", BadRequest)
         extra = {k: v for k, v in data.items() if k not in ("error", "detail")} if isinstance(data, dict) else {}
         raise cls(detail if isinstance(detail, str) else f"{resp.status_code}: {detail}", **extra)
+
+
+def scripted_actions(task: Any, wrong: bool = False) -> list[dict[str, Any]]:
+    """Evaluator-side script for load tests and checks (it reads the full Task, so never an agent):
+    the gold query, then the expected answer or abstention — or a wrong answer when ``wrong``."""
+    from ehrgym.bench.answers import format_answer
+
+    e = task.expected
+    if wrong:
+        final: dict[str, Any] = {"tool": "answer", "value": "-1"}
+    elif e.is_abstain:
+        final = {"tool": "answer", "abstain": e.reason, "explanation": "scripted"}
+    else:
+        value = list(e.value) if e.answer.type in ("set", "list") else format_answer(e.value, e.answer)
+        final = {"tool": "answer", "value": value}
+    return [{"tool": "sql", "query": task.gold_sql}, final]
