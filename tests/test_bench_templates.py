@@ -1,58 +1,48 @@
-"""Every template × applicable noise subtype, exercised on the small synthetic database."""
+"""Every registered template: coverage, definition-time validation, and — on the small synthetic
+database — gold SQL that parses and joins, gold answers against hand computations in pandas, at
+least one verified pair for every template × applicable noise subtype (re-checked here
+independently of the builder: clean gold on clean evidence, trap on the noisy evidence, recovery by
+the robust SQL), and noise edits that are clinically credible.
+
+The static invariants every template must satisfy (distinct paraphrases, the entity named, noise
+subtypes whose injector applies, gold SQL that parses and is not trivial …) are checked by
+``Template.__post_init__`` when a template is defined; ``test_a_broken_template_fails_at_definition``
+shows each one firing.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 import pytest
 import sqlglot
 
-from ehrgym.bench.answers import answers_match
+from ehrgym.bench.answers import answers_match, format_answer, gold_from_rows
 from ehrgym.bench.builder import Builder
-from ehrgym.bench.complexity import sql_complexity
+from ehrgym.bench.complexity import sql_complexity, sql_tables
 from ehrgym.bench.configs import BuildConfig
 from ehrgym.bench.noise import INJECTORS
-from ehrgym.bench.noise.cleaning import ALL_CLEANERS, plain_relation, relation
+from ehrgym.bench.noise.cleaning import ALL_CLEANERS, relation
+from ehrgym.bench.noise.lexicon import variants
+from ehrgym.bench.noise.units import CONVERSIONS
 from ehrgym.bench.sqlrender import render_sql
-from ehrgym.bench.templates import all_templates
-
-from ehrgym.vocab import NOISE_SUBTYPES
+from ehrgym.bench.templates import Template, all_templates, get_template
+from ehrgym.bench.templates.base import MIN_GOLD_COMPLEXITY
+from ehrgym.errors import BenchmarkError
+from ehrgym.vocab import INTENTS, NOISE_SUBTYPES
 
 TEMPLATES = all_templates()
-MY_INTENTS = ("labs", "vitals", "encounters")
-MAX_TRIES = 12
-DRAW = 60
+MAX_TRIES = 12  # candidates tried per (template, subtype) before the slot counts as failing
+DRAW = 60  # candidates drawn per template
 
-
-@pytest.mark.parametrize("intent", MY_INTENTS)
-def test_each_intent_has_enough_templates(intent):
-    levels = Counter(t.level for t in TEMPLATES if t.intent == intent)
-    assert levels["patient"] >= 4 and levels["population"] >= 4, levels
-
-
-def test_every_subtype_is_used_by_some_template():
-    used = {s for t in TEMPLATES for s in NOISE_SUBTYPES if INJECTORS[s].applies(t)}
-    assert used == set(NOISE_SUBTYPES)
-
-
-@pytest.mark.parametrize("template", TEMPLATES, ids=lambda t: t.id)
-def test_template_is_well_formed(template):
-    assert len(set(template.paraphrases)) >= 3
-    plain = render_sql(template.gold_sql, {p: 1 for p in template.params}, plain_relation(template))
-    sqlglot.parse_one(plain, read="duckdb")
-    assert sql_complexity(plain) >= 5
-    assert template.noise, "a template must list the noise subtypes that apply"
-    assert [s for s in template.noise if not INJECTORS[s].can_corrupt(template)] == [], \
-        "listed subtypes whose injector cannot apply (missing evidence fields)"
-
-
-# discards by the label rules (a trap must move the answer meaningfully; a conflict must change it)
-LABEL_DISCARDS = {"trap_too_small", "conflict_does_not_change_answer"}
 # (template, subtype) whose trap needs a larger hospital than this 200-patient fixture: a median (MIC50)
 # moves only when several isolates leave the window, and the fixture's cohorts are small since
 # susceptibilities without an MIC make entities ineligible (synthetic release 5). The 1k `paper` build
 # has such pairs (3 in this release).
 FIXTURE_TOO_SMALL = {("microbiology.cohort_mic50", "out_of_window")}
+# discards by the label rules (a trap must move the answer meaningfully; a conflict must change it)
+LABEL_DISCARDS = {"trap_too_small", "conflict_does_not_change_answer"}
 
 
 @pytest.fixture(scope="module")
@@ -64,8 +54,106 @@ def builder(synth_db):
     b.close()
 
 
+# ---------------------------------------------------------------- coverage
+
+@pytest.mark.parametrize("intent", INTENTS)
+def test_each_intent_has_enough_templates(intent):
+    mine = [t for t in TEMPLATES if t.intent == intent]
+    levels = Counter(t.level for t in mine)
+    assert len(mine) >= 8 and levels["patient"] >= 4 and levels["population"] >= 4, levels
+
+
+def test_every_subtype_is_used_by_some_template():
+    used = {s for t in TEMPLATES for s in NOISE_SUBTYPES if INJECTORS[s].applies(t)}
+    assert used == set(NOISE_SUBTYPES)
+    by_level = Counter(NOISE_SUBTYPES[s] for t in TEMPLATES for s in t.noise)
+    assert min(by_level.values()) >= 10, by_level
+
+
+def test_answer_types_are_varied():
+    types = Counter(t.answer.type for t in TEMPLATES)
+    assert {"integer", "number", "string", "set", "datetime", "boolean"} <= set(types), types
+
+
+# ---------------------------------------------------------------- validation at definition
+
+def _broken(template_id: str, **changes: object) -> Template:
+    return dataclasses.replace(get_template(template_id), **changes)
+
+
+LAB = "labs.max_value_admission"
+BROKEN = {
+    "id must start with its intent": dict(id="vitals.max_value_admission"),
+    "3 distinct paraphrases": dict(paraphrases=("How high was {label} in {hadm_id} of {subject_id}?",) * 3),
+    "lists no noise subtype": dict(noise=()),
+    "unknown noise subtypes": dict(noise=("missing_evidence", "typo_noise")),
+    "entity_ref in": dict(entity_ref=None),
+    "must name the entity": dict(paraphrases=("Peak {label}?", "Highest {label}?", "Maximum {label}?")),
+    "does not parse": dict(gold_sql="SELECT max(e.valuenum) FROM {labevents} e "
+                                    "WHERE e.subject_id = {subject_id} AND AND e.x = {label}"),
+    "complexity": dict(gold_sql="SELECT e.valuenum FROM {labevents} e WHERE e.label = {label}"),
+    "cannot corrupt": dict(evidence=dataclasses.replace(get_template(LAB).evidence, unit_col=None)),
+    "lexical parameter": dict(lexical="itemid"),
+    "tier": dict(tier=4),
+}
+
+
+@pytest.mark.parametrize("invariant", BROKEN)
+def test_a_broken_template_fails_at_definition(invariant):
+    """Each invariant fires on its own, and the error names the template and what is broken."""
+    name = BROKEN[invariant].get("id", LAB)
+    with pytest.raises(BenchmarkError, match=f"template {name!r}:.*{invariant}"):
+        _broken(LAB, **BROKEN[invariant])
+
+
+def test_a_valid_copy_passes_validation():
+    """The mutations above break one invariant each: the unchanged template is valid."""
+    assert _broken(LAB) == get_template(LAB)
+
+
+# ---------------------------------------------------------------- gold SQL on real parameters
+
+@pytest.mark.parametrize("t", TEMPLATES, ids=lambda t: t.id)
+def test_gold_sql_parses_and_joins_tables(t, builder):
+    cands = builder.candidates[t.id]
+    assert cands, f"{t.id}: no eligible candidate on the small synthetic database"
+    sql = render_sql(t.gold_sql, cands[0].params, {t.evidence.table: t.evidence.qualified})
+    sqlglot.parse_one(sql, read="duckdb")
+    assert t.evidence.table in sql_tables(sql)
+    # every gold clears MIN_GOLD_COMPLEXITY (checked at definition); these intents' golds join more
+    rich = t.intent in ("diagnoses", "medications", "microbiology")
+    floor = (9 if t.level == "population" else 8) if rich else MIN_GOLD_COMPLEXITY
+    assert sql_complexity(sql) >= floor
+
+
+
+# ---------------------------------------------------------------- lexicon and units
+
+def test_credible_lexical_variants_are_registered():
+    expected = {"vancomycin": "vancomicin", "piperacillin-tazobactam": "pip-tazo", "norepinephrine": "norepi",
+                "ceftriaxone": "Rocephin", "Escherichia coli": "E coli", "Staphylococcus aureus": "staph aureus",
+                "sepsis": "sepis", "heart failure": "CHF", "acute kidney injury": "AKI", "emergency": "ER",
+                "serum potassium": "K", "medical ICU": "MICU", "blood culture": "blood cx",
+                "PIPERACILLIN/TAZO": "pip-tazo", "Transfusion of packed cells": "PRBC transfusion"}
+    for name, form in expected.items():
+        assert form in variants(name), (name, variants(name))
+
+
+@pytest.mark.parametrize("itemid", [221906, 221749, 222168])
+def test_infusions_in_mcg_convert_back_to_mg(itemid):
+    conv = CONVERSIONS[itemid]
+    assert (conv.unit, conv.alt_unit) == ("mg", "mcg")
+    assert conv.to_alt(1.2345) == 1234.5
+    import duckdb
+    back = duckdb.connect().execute(f"SELECT {conv.from_alt_sql('1234.5')}").fetchone()[0]
+    assert back == pytest.approx(1.2345)
+
+
+# ---------------------------------------------------------------- every template × subtype verifies
+
 @pytest.mark.parametrize("template", TEMPLATES, ids=lambda t: t.id)
 def test_template_pairs_verify_for_every_applicable_subtype(builder, template):
+    """Every listed subtype whose label is sound gives a verified pair (or rightly none)."""
     cands = builder.candidates[template.id]
     assert cands, f"{template.id}: no eligible entity on the synthetic database"
     # clean gold equals the fully cleaned ("robust") gold on clean, synthetic data
@@ -93,12 +181,182 @@ def test_template_pairs_verify_for_every_applicable_subtype(builder, template):
                 continue
             failures[subtype] = seen
             continue
-        noise = made.noise
-        assert noise["noise"].subtype == subtype
-        if noise["expected"].kind == "abstain":
-            assert noise["expected"].reason
-            if not INJECTORS[subtype].empty_is_trap:
-                assert noise["meta"]["trap_value"] is not None
-        else:
-            assert noise["gold_sql"] != noise["naive_sql"] or noise["noise"].overlay.edits
+        _check_pair(builder, template, made)
     assert not failures, f"{template.id}: no verified pair for {failures}"
+
+
+def _check_pair(builder, t, draft):
+    """Re-check a verified pair independently of the builder."""
+    v = builder.verifier
+    clean = draft.clean
+    # 1. the clean gold runs on clean evidence and gives a meaningful answer
+    clean_value = gold_from_rows(v.rows(clean["gold_sql"]), t.answer)
+    assert clean_value is not None
+    assert answers_match(clean["expected"].value, clean_value, t.answer)
+    # the answer written as an agent writes it reads back as itself (no comma-split set items)
+    assert answers_match(clean_value, format_answer(clean_value, t.answer), t.answer)
+    noise = draft.noise
+    overlay = noise["noise"].overlay
+    naive = gold_from_rows(v.rows(noise["naive_sql"], overlay), t.answer)
+    expected = noise["expected"]
+    if expected.kind == "answer":
+        # 2. the credulous query is trapped  3. the robust query recovers the clean answer
+        assert naive is None or not answers_match(expected.value, naive, t.answer)
+        robust = gold_from_rows(v.rows(noise["gold_sql"], overlay), t.answer)
+        assert robust is not None and answers_match(expected.value, robust, t.answer)
+        assert answers_match(expected.value, clean_value, t.answer)
+        assert noise["gold_sql"] != noise["naive_sql"] or overlay.edits
+    else:
+        assert expected.reason
+        if not INJECTORS[noise["noise"].subtype].empty_is_trap:
+            assert noise["meta"]["trap_value"] is not None
+        assert noise["question"] != clean["question"] or len(overlay.edits) > 0
+    v.clean()
+
+
+# ---------------------------------------------------------------- gold answers vs hand computations
+
+def _frame(builder, sql):
+    return builder.verifier.con.execute(sql).fetchdf()
+
+
+def _clean_value(builder, template_id, i=0):
+    t = get_template(template_id)
+    c = builder.candidates[t.id][i]
+    got = builder._clean(t, c)
+    assert got is not None
+    return c.params, got[0]
+
+
+def test_primary_diagnosis_matches_pandas(builder):
+    params, value = _clean_value(builder, "diagnoses.primary_diagnosis")
+    dx = _frame(builder, "SELECT * FROM mimiciv_hosp.diagnoses_icd")
+    titles = _frame(builder, "SELECT * FROM mimiciv_hosp.d_icd_diagnoses")
+    row = dx[(dx.hadm_id == params["hadm_id"]) & (dx.seq_num == 1)].merge(titles, on=["icd_code", "icd_version"])
+    assert list(row.long_title) == [value]
+
+
+def test_total_drip_amount_matches_pandas(builder):
+    params, value = _clean_value(builder, "medications.total_drip_amount")
+    ie = _frame(builder, f"SELECT * FROM mimiciv_icu.inputevents WHERE stay_id = {params['stay_id']}")
+    assert value == pytest.approx(round(ie[ie.itemid == params["itemid"]].amount.sum(), 2), abs=0.005)
+
+
+def test_resistance_rate_matches_pandas(builder):
+    params, value = _clean_value(builder, "microbiology.cohort_resistance_rate")
+    m = _frame(builder, "SELECT * FROM mimiciv_hosp.microbiologyevents")
+    from ehrgym.bench.concepts import get_concept
+    kinds = get_concept("specimen", params["specimen"]).values  # a concept names every spec_type_desc it covers
+    organisms = get_concept("organism", params["organism"]).values
+    sel = m[m.hadm_id.notna() & m.spec_type_desc.isin(kinds) & m.org_name.isin(organisms)
+            & (m.ab_name.str.lower() == params["antibiotic"])]
+    assert 0 < value < 100
+    assert value == pytest.approx(round(100.0 * (sel.interpretation == "R").mean(), 2), abs=0.005)
+
+
+def test_count_cultures_counts_specimens_not_rows(builder):
+    params, value = _clean_value(builder, "microbiology.count_cultures")
+    m = _frame(builder, f"SELECT * FROM mimiciv_hosp.microbiologyevents WHERE hadm_id = {params['hadm_id']}")
+    from ehrgym.bench.concepts import get_concept
+    kinds = get_concept("specimen", params["specimen"]).values
+    assert value == m[m.spec_type_desc.isin(kinds)].micro_specimen_id.nunique()
+
+
+@pytest.mark.parametrize("template_id", ["diagnoses.has_diagnosis", "medications.was_given",
+                                         "microbiology.organism_isolated"])
+def test_yes_no_templates_sample_both_answers(builder, template_id):
+    t = get_template(template_id)
+    answers = Counter()
+    for c in builder.candidates[t.id][:40]:
+        got = builder._clean(t, c)
+        answers[got[0]] += 1
+    assert answers[True] >= 5 and answers[False] >= 5, answers
+
+
+# ---------------------------------------------------------------- the noise edits are credible
+
+def _draft(builder, template_id, subtype):
+    t = get_template(template_id)
+    for cand in builder.candidates[t.id][:MAX_TRIES]:
+        d = builder.attempt(t, subtype, cand)
+        if d is not None:
+            return d
+    pytest.fail(f"{template_id} × {subtype}: no pair")
+
+
+def test_drip_unit_mismatch_is_mcg_for_mg(builder):
+    d = _draft(builder, "medications.total_drip_amount", "unit_mismatch")
+    (edit,) = d.noise["noise"].overlay.edits
+    (row,) = edit.insert_rows  # one row of one patient's stay: a unit slip of one row moves the sum
+    assert row["amountuom"] == "mcg" and len(edit.delete_rowids) == 1
+    assert d.noise["expected"].kind == "answer"
+
+
+def test_mic_implausible_value_leaves_the_dilution_range(builder):
+    d = _draft(builder, "microbiology.mic_value", "implausible_value")
+    (edit,) = d.noise["noise"].overlay.edits
+    (row,) = edit.insert_rows
+    assert row["dilution_value"] > 1024
+    assert (d.noise["expected"].kind, d.noise["expected"].reason) == ("abstain", "implausible_value")
+
+
+def test_mic_encoding_corruption_keeps_the_number_as_text(builder):
+    d = _draft(builder, "microbiology.mic_value", "encoding_corruption")
+    (edit,) = d.noise["noise"].overlay.edits
+    (row,) = edit.insert_rows
+    assert row["dilution_value"] is None and any(ch.isdigit() for ch in row["dilution_text"])
+    assert d.noise["expected"].kind == "answer"
+
+
+def test_lexical_variation_names_the_same_thing(builder):
+    d = _draft(builder, "diagnoses.has_diagnosis", "lexical_variation")
+    edit = d.noise["noise"].question_edit
+    assert edit["kind"] == "lexical" and edit["to"] in variants(edit["from"])
+    assert d.clean["expected"].value is True and d.noise["expected"].value is True
+
+
+def test_apr_severity_missing_value_abstains(builder):
+    d = _draft(builder, "diagnoses.apr_severity", "missing_value")
+    assert (d.noise["expected"].kind, d.noise["expected"].reason) == ("abstain", "insufficient_evidence")
+
+
+# ---------------------------------------------------------------- registrations reach build workers
+
+def test_unpickled_templates_bring_their_lexicon_and_unit_conversions():
+    """Build workers receive pickled templates: unpickling one imports the template modules, which
+    register the curated names and unit conversions the noise injectors read."""
+    import pickle
+    import subprocess
+    import sys
+
+    blob = pickle.dumps([get_template("medications.total_drip_amount")])
+    code = ("import pickle, sys; pickle.loads(sys.stdin.buffer.read())\n"
+            "from ehrgym.bench.noise.units import CONVERSIONS\n"
+            "from ehrgym.bench.noise.lexicon import variants\n"
+            "print(221906 in CONVERSIONS, variants('Vancomycin')[0], variants('Escherichia coli')[0], "
+            "variants('acute kidney injury')[0], variants('Transfusion of packed cells')[0])")
+    out = subprocess.run([sys.executable, "-c", code], input=blob, capture_output=True, check=True).stdout
+    # a concept's own variants come first (every template module imports ehrgym.bench.concepts first)
+    assert out.decode().split() == ["True", "vancomicin", "E.", "coli", "AKI", "PRBC", "transfusion"]
+
+
+def test_names_shared_by_two_modules_have_the_same_variants():
+    """The lexicon merges by case-folded name: equal forms keep it independent of import order."""
+    from ehrgym.bench.templates import diagnoses, microbiology
+
+    seen: dict[str, tuple[str, ...]] = {}
+    for table in (diagnoses.DIAGNOSIS_VARIANTS, microbiology.MICRO_VARIANTS):
+        folded: dict[str, tuple[str, ...]] = {}
+        for name, forms in table.items():
+            folded.setdefault(name.casefold(), forms)
+        for key, forms in folded.items():
+            assert seen.setdefault(key, forms) == forms, key
+
+
+def test_concept_variants_reach_the_lexicon():
+    """Every concept's clinician variants reach the lexical-variation lexicon."""
+    from ehrgym.bench.concepts import DOMAINS, concepts
+
+    for domain in DOMAINS:
+        for c in concepts(domain):
+            assert set(c.variants) <= set(variants(c.name)), (domain, c.name)

@@ -26,11 +26,12 @@ from ehrgym.bench.sqlrender import render_sql, render_text
 from ehrgym.bench.templates import Evidence, Template, all_templates, get_template
 from ehrgym.bench.templates import concept_sql as cs
 from ehrgym.bench.templates.base import TIERS, infer_tier
+from ehrgym.bench.templates.registry import template_module
 from ehrgym.errors import BenchmarkError
 from ehrgym.vocab import INTENTS, LEVELS, NOISE_SUBTYPES
 
 HARD_MODULES = ("cohorts", "timing", "crossintent")
-HARD = [t for t in all_templates() if t.__class__.__module__.rsplit(".", 1)[-1] in HARD_MODULES]
+HARD = [t for t in all_templates() if template_module(t.id).rsplit(".", 1)[-1] in HARD_MODULES]
 MIN_PAIRS = 4  # verified pairs every hard template yields on the 200-patient database
 CHECKED = 3  # entities per template checked against pandas
 H = pd.Timedelta(hours=1)
@@ -50,13 +51,13 @@ def _variant(gold_sql: str, tier: int = 0) -> Template:
     base = get_template("labs.aki_onset_time")
     return Template(id="labs.tier_probe", intent="labs", level="patient", paraphrases=base.paraphrases,
                     sampler_sql="SELECT 1", gold_sql=gold_sql, answer=base.answer, evidence=base.evidence,
-                    noise=("out_of_scope",), tier=tier)
+                    noise=("out_of_scope",), entity_ref=base.entity_ref, tier=tier)
 
 
 def test_every_template_has_a_tier_and_the_rule_is_applied():
     assert {t.tier for t in all_templates()} <= set(TIERS)
     for t in all_templates():
-        if t.__class__.__module__.rsplit(".", 1)[-1] not in HARD_MODULES:
+        if template_module(t.id).rsplit(".", 1)[-1] not in HARD_MODULES:
             assert t.tier == infer_tier(t), t.id
     lookup = ("SELECT max(e.valuenum) FROM {labevents} e JOIN mimiciv_hosp.d_labitems d ON d.itemid = e.itemid "
               "WHERE e.hadm_id = {hadm_id} AND d.label = {subject_id}")

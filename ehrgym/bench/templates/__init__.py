@@ -58,7 +58,14 @@ How to add a template (read ``labs.py`` first: it is the complete reference exam
                    entity never had (false premise), columns named ``param`` and ``text``.
    ``time_window`` :class:`~ehrgym.bench.templates.base.TimeWindow` — the window/year parameters and the
                    SQL of the record's (first, last) time (temporal mismatch).
-3. Run ``pytest tests/test_bench_templates.py``: it exercises every template × applicable subtype on the
+   A question over a concept-coded event table (labs, vital signs, urine output, infusions) takes its
+   sampler, gold filter, evidence and false premise from the table's family in ``families.py``
+   (``LAB_EVENTS.entity_sampler(...)``, ``.entity_filter()``, ``.evidence(...)``, ``.cohort_filter(...)``)
+   instead of writing the SQL again.
+3. ``Template`` validates itself when defined: an id outside its intent, fewer than 3 distinct paraphrases,
+   a patient-level question without its entity, gold SQL that does not parse or is trivial, a listed noise
+   subtype whose injector cannot corrupt the evidence … raise ``BenchmarkError`` naming the template.
+4. Run ``pytest tests/test_bench_templates.py``: it exercises every template × applicable subtype on the
    small synthetic database and checks the verification properties.
 
 Minimal example (patient level)::

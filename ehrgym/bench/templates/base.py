@@ -6,6 +6,7 @@ See ``ehrgym/bench/templates/__init__.py`` for how to write one.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ehrgym.bench.answers import AnswerSpec
 from ehrgym.bench.sqlrender import placeholders
@@ -125,13 +126,21 @@ class Template:
     params: tuple[str, ...] = field(default=())  # filled by __post_init__: question + SQL params
 
     def __post_init__(self) -> None:
+        """Validate the definition: a broken template fails here, naming itself and the invariants it
+        breaks, rather than later as a confusing failure of a build or a test. The checks that need
+        the gold SQL rendered (it parses, it is not trivial, the listed noise can corrupt it) run once
+        the others pass."""
         problems = []
         if self.intent not in INTENTS:
             problems.append(f"intent {self.intent!r} not in {INTENTS}")
+        elif not self.id.startswith(self.intent + "."):
+            problems.append(f"id must start with its intent ({self.intent + '.'!r})")
         if self.level not in LEVELS:
             problems.append(f"level {self.level!r} not in {LEVELS}")
-        if len(self.paraphrases) < 3:
-            problems.append("needs at least 3 paraphrases")
+        if len(set(self.paraphrases)) < 3:
+            problems.append("needs at least 3 distinct paraphrases")
+        if not self.noise:
+            problems.append("lists no noise subtype (list the subtypes that make sense for the question)")
         unknown = [s for s in self.noise if s not in NOISE_SUBTYPES]
         if unknown:
             problems.append(f"unknown noise subtypes {unknown}")
@@ -147,11 +156,59 @@ class Template:
             problems.append(f"lexical parameter {self.lexical!r} must appear in gold_sql (the SQL matches on the name)")
         if self.tier not in (0, *TIERS):
             problems.append(f"tier {self.tier!r} not in {TIERS} (or 0 to infer it)")
+        if self.level == "patient":
+            if self.entity_ref not in ENTITY_REFS:
+                problems.append(f"a patient-level template needs entity_ref in {ENTITY_REFS}, got {self.entity_ref!r}")
+            if "subject_id" not in needed:
+                problems.append("a patient-level template needs the parameter subject_id")
+        if self.entity_ref:
+            silent = [p for p in self.paraphrases if "{" + self.entity_ref + "}" not in p and "{subject_id}" not in p]
+            if silent:
+                problems.append(f"paraphrases must name the entity ({{{self.entity_ref}}} or {{subject_id}}): {silent}")
+        if not problems:
+            object.__setattr__(self, "params", tuple(sorted(needed)))
+            problems += _sql_and_noise_problems(self)
         if problems:
             raise BenchmarkError(f"template {self.id!r}: " + "; ".join(problems))
-        object.__setattr__(self, "params", tuple(sorted(needed)))
         if self.tier == 0:
             object.__setattr__(self, "tier", infer_tier(self))
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickling (build workers receive pickled templates) first imports the template modules:
+        they register the curated names (lexicon) and unit conversions the noise injectors read."""
+        from ehrgym.bench.templates.registry import import_template_modules
+
+        import_template_modules()
+        self.__dict__.update(state)
+
+
+ENTITY_REFS = ("subject_id", "hadm_id", "stay_id")
+MIN_GOLD_COMPLEXITY = 5  # sql_complexity of the clean gold SQL: a template is more than a single lookup
+
+
+def _sql_and_noise_problems(t: Template) -> list[str]:
+    """Invariants that need the noise package: the clean gold SQL parses and is not trivial, and
+    every listed noise subtype is one its injector can apply (the evidence fields it needs exist)."""
+    import sqlglot
+
+    from ehrgym.bench.complexity import sql_complexity
+    from ehrgym.bench.noise import INJECTORS
+    from ehrgym.bench.noise.cleaning import plain_relation
+    from ehrgym.bench.sqlrender import render_sql
+
+    problems = []
+    plain = render_sql(t.gold_sql, {p: 1 for p in t.params}, plain_relation(t))
+    try:
+        sqlglot.parse_one(plain, read="duckdb")
+    except sqlglot.errors.ParseError as exc:
+        problems.append(f"gold_sql does not parse: {str(exc).splitlines()[0]}")
+    else:
+        if sql_complexity(plain) < MIN_GOLD_COMPLEXITY:
+            problems.append(f"gold_sql complexity {sql_complexity(plain)} < {MIN_GOLD_COMPLEXITY}")
+    idle = [s for s in t.noise if not INJECTORS[s].can_corrupt(t)]
+    if idle:
+        problems.append(f"noise subtypes {idle} cannot corrupt this template (evidence fields they need are missing)")
+    return problems
 
 
 def infer_tier(t: Template) -> int:

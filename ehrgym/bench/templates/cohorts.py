@@ -17,9 +17,7 @@ from ehrgym.bench.templates.hard_common import (COUNT, HOURS, LAB_EVIDENCE, MEAN
 from ehrgym.bench.templates.registry import register
 
 
-class CohortTemplate(Template):
-    """A template of this module. Unpickling one (build worker processes receive pickled templates)
-    imports this module, so the concept lexicon registered by ``concept_sql`` exists there too."""
+CohortTemplate = Template  # (an alias for importers: unpickling any Template imports the template modules)
 
 
 def _suspicion_sql(hadm: str) -> str:
@@ -217,7 +215,7 @@ ORGAN_WORDS = ("organ dysfunction (creatinine >= 2.0 mg/dL, platelets < 100 K/uL
                "lactate >= 2 mmol/L) from 48 hours before to 24 hours after the suspicion")
 
 register(
-    CohortTemplate(
+    Template(
         id="labs.aki_onset_time", intent="labs", level="patient", tier=3,
         paraphrases=(
             f"During hospital admission {{hadm_id}}, when did patient {{subject_id}} first meet {KDIGO_WORDS}? "
@@ -236,7 +234,7 @@ register(
                "encoding_corruption", "nonexistent_entity", "out_of_scope"),
         entity_ref="hadm_id", description="onset of acute kidney injury by KDIGO creatinine criteria",
     ),
-    CohortTemplate(
+    Template(
         id="labs.cohort_icu_aki_rate", intent="labs", level="population", tier=3,
         paraphrases=(
             "Among ICU stays that began in the {unit_name} on or after {t0} and before {t1}, what percentage "
@@ -258,7 +256,7 @@ register(
         lexical="unit_name", time_window=PERIOD_WINDOW,
         description="rate of KDIGO acute kidney injury in the first ICU week of a care unit's stays",
     ),
-    CohortTemplate(
+    Template(
         id="medications.vasopressor_hours", intent="medications", level="patient", tier=3,
         paraphrases=(
             f"During ICU stay {{stay_id}} of patient {{subject_id}}, for how many hours in total was "
@@ -279,7 +277,7 @@ WHERE itemid IN ({VASOPRESSOR_IDS}) AND endtime > starttime GROUP BY ALL""",
         noise=("missing_evidence", "out_of_window", "nonexistent_entity", "out_of_scope"),
         entity_ref="stay_id", description="total vasopressor hours of an ICU stay (overlaps merged)",
     ),
-    CohortTemplate(
+    Template(
         id="medications.cohort_septic_vasopressor_dose", intent="medications", level="population", tier=3,
         paraphrases=(
             "Among ICU stays beginning on or after {t0} and before {t1} in hospital admissions coded with sepsis or "
@@ -310,7 +308,7 @@ WHERE itemid IN ({VASOPRESSOR_IDS}) AND endtime > starttime GROUP BY ALL""",
         lexical="drug", time_window=PERIOD_WINDOW,
         description="mean first-day vasopressor dose of septic ICU stays",
     ),
-    CohortTemplate(
+    Template(
         id="microbiology.suspected_infection_time", intent="microbiology", level="patient", tier=3,
         paraphrases=(
             f"During admission {{hadm_id}} of patient {{subject_id}}, when was there first {SUSPICION_WORDS}? "
@@ -330,7 +328,7 @@ WHERE itemid IN ({VASOPRESSOR_IDS}) AND endtime > starttime GROUP BY ALL""",
         noise=("missing_evidence", "out_of_window", "nonexistent_entity", "out_of_scope"),
         entity_ref="hadm_id", description="time of suspected infection (antibiotic + culture, Sepsis-3)",
     ),
-    CohortTemplate(
+    Template(
         id="encounters.cohort_sepsis_like_mortality", intent="encounters", level="population", tier=3,
         paraphrases=(
             f"Among hospital admissions beginning on or after {{t0}} and before {{t1}} with {SUSPICION_WORDS} and "
@@ -350,7 +348,7 @@ WHERE itemid IN ({VASOPRESSOR_IDS}) AND endtime > starttime GROUP BY ALL""",
         time_window=PERIOD_WINDOW,
         description="in-hospital mortality of a sepsis-like cohort (suspected infection + organ dysfunction)",
     ),
-    CohortTemplate(
+    Template(
         id="labs.aki_max_kdigo_stage", intent="labs", level="patient", tier=3,
         paraphrases=(
             "What was the highest KDIGO creatinine stage of acute kidney injury (0-3) reached by patient "

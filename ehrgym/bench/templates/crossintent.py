@@ -14,9 +14,7 @@ from ehrgym.bench.templates.hard_common import (CHART_EVIDENCE, HOURS, LAB_EVIDE
 from ehrgym.bench.templates.registry import register
 
 
-class CrossIntentTemplate(Template):
-    """A template of this module. Unpickling one (build worker processes receive pickled templates)
-    imports this module, so the concept lexicon registered by ``concept_sql`` exists there too."""
+CrossIntentTemplate = Template  # (an alias for importers: unpickling any Template imports the template modules)
 
 
 LACTATE = 50813
@@ -262,7 +260,7 @@ SEPSIS_PERIOD = (PERIOD_ADMISSIONS + " AND e.hadm_id IN (SELECT dx.hadm_id FROM 
                  + icd_group_predicate('sepsis') + ")")
 
 register(
-    CrossIntentTemplate(
+    Template(
         id="labs.cohort_peak_lactate_suspected_infection", intent="labs", level="population", tier=3,
         paraphrases=(
             f"Among hospital admissions beginning on or after {{t0}} and before {{t1}} with {SUSPICION_WORDS}, "
@@ -285,7 +283,7 @@ register(
         time_window=PERIOD_WINDOW,
         description="mean peak lactate in the 24 hours after suspected infection",
     ),
-    CrossIntentTemplate(
+    Template(
         id="vitals.cohort_pneumonia_peak_resp_rate", intent="vitals", level="population", tier=3,
         paraphrases=(
             "Among ICU stays beginning on or after {t0} and before {t1} in hospital admissions coded with "
@@ -310,7 +308,7 @@ register(
         time_window=PERIOD_WINDOW,
         description="mean first-day peak respiratory rate of pneumonia ICU stays",
     ),
-    CrossIntentTemplate(
+    Template(
         id="vitals.cohort_shock_index_rate", intent="vitals", level="population", tier=3,
         paraphrases=(
             "Among {unit_name} stays beginning on or after {t0} and before {t1}, what percentage had a shock index "
@@ -336,7 +334,7 @@ register(
         lexical="unit_name", time_window=PERIOD_WINDOW,
         description="share of a unit's ICU stays with a shock index above 1 on the first day",
     ),
-    CrossIntentTemplate(
+    Template(
         id="diagnoses.chronic_condition_groups", intent="diagnoses", level="patient", tier=2,
         paraphrases=(
             f"Which of these chronic conditions were coded for patient {{subject_id}} in hospital admission "
@@ -354,7 +352,7 @@ register(
         noise=("missing_evidence", "conflicting_records", "nonexistent_entity", "out_of_scope"),
         entity_ref="hadm_id", description="chronic condition groups (ICD-9/ICD-10 code sets) of an admission",
     ),
-    CrossIntentTemplate(
+    Template(
         id="diagnoses.cohort_aki_coding_rate", intent="diagnoses", level="population", tier=3,
         paraphrases=(
             f"Among hospital admissions beginning on or after {{t0}} and before {{t1}} that met {KDIGO_WORDS}, "
@@ -375,7 +373,7 @@ register(
         time_window=PERIOD_WINDOW,
         description="share of KDIGO (creatinine) acute kidney injury admissions with an AKI diagnosis code",
     ),
-    CrossIntentTemplate(
+    Template(
         id="diagnoses.cohort_pneumonia_ventilation_rate", intent="diagnoses", level="population", tier=2,
         paraphrases=(
             "Among hospital admissions beginning on or after {t0} and before {t1} that were coded with pneumonia "
@@ -396,7 +394,7 @@ register(
         time_window=PERIOD_WINDOW,
         description="share of pneumonia admissions with invasive ventilation",
     ),
-    CrossIntentTemplate(
+    Template(
         id="microbiology.cohort_positive_blood_culture_suspected", intent="microbiology", level="population",
         tier=3,
         paraphrases=(
@@ -422,7 +420,7 @@ register(
         time_window=PERIOD_WINDOW,
         description="share of suspected-infection admissions with a positive blood culture around suspicion",
     ),
-    CrossIntentTemplate(
+    Template(
         id="microbiology.cohort_mrsa_share", intent="microbiology", level="population", tier=2,
         paraphrases=(
             "Among patients with a Staphylococcus aureus isolate tested against oxacillin during admissions "
@@ -446,7 +444,7 @@ register(
         time_window=PERIOD_WINDOW,
         description="MRSA share among patients with an oxacillin-tested S. aureus",
     ),
-    CrossIntentTemplate(
+    Template(
         id="medications.cohort_sepsis_hours_to_antibiotic", intent="medications", level="population", tier=3,
         paraphrases=(
             "Among hospital admissions beginning on or after {t0} and before {t1} that were coded with sepsis or "

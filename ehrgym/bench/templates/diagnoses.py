@@ -21,12 +21,11 @@ from ehrgym.bench.answers import AnswerSpec
 from ehrgym.bench.concepts import relation
 from ehrgym.bench.noise.lexicon import add_variants
 from ehrgym.bench.templates.base import Evidence, Premise, Template, TimeWindow
+from ehrgym.bench.templates.families import coded_admissions, coded_cohort, dx_join
 from ehrgym.bench.templates.registry import register
 
 
-class DiagnosisTemplate(Template):
-    """A template of this module. Unpickling one (build worker processes receive pickled templates)
-    imports this module, so the curated names (lexicon) registered here at import time exist there too."""
+DiagnosisTemplate = Template  # (an alias for importers: unpickling any Template imports the template modules)
 
 COUNT = AnswerSpec("integer")
 MEAN = AnswerSpec("number", rel_tol=1e-3, abs_tol=0.005, decimals=2)
@@ -39,7 +38,7 @@ AGE_BOUNDS = (0.0, 91.0)  # MIMIC-IV anchor_age tops out at 91
 
 # Conditions as concepts: every ICD-9/ICD-10 code under a concept's prefixes (alias ``dx``).
 DX_CONCEPTS = relation("diagnosis") + " dx(concept, icd_version, prefix)"
-DX_CONCEPT_JOIN = ("JOIN " + DX_CONCEPTS + " ON dx.icd_version = e.icd_version AND starts_with(e.icd_code, dx.prefix)")
+DX_CONCEPT_JOIN = dx_join("e")
 INFECTIONS = "('sepsis', 'pneumonia', 'urinary tract infection')"  # infection concepts (antibiotic cohorts)
 
 DX_JOIN = "JOIN mimiciv_hosp.d_icd_diagnoses d ON d.icd_code = e.icd_code AND d.icd_version = e.icd_version"
@@ -91,7 +90,7 @@ WHERE d.icd_version = (SELECT max(icd_version) FROM mimiciv_hosp.procedures_icd 
 ORDER BY 1""")
 
 register(
-    DiagnosisTemplate(
+    Template(
         id="diagnoses.primary_diagnosis", intent="diagnoses", level="patient",
         paraphrases=(
             "What was the primary diagnosis (sequence number 1) of patient {subject_id}'s admission {hadm_id}?",
@@ -114,7 +113,7 @@ ORDER BY 1""",
         noise=("missing_evidence", "conflicting_records", "nonexistent_entity", "out_of_scope"),
         entity_ref="hadm_id", description="principal (seq_num 1) diagnosis of an admission",
     ),
-    DiagnosisTemplate(
+    Template(
         id="diagnoses.count_diagnoses", intent="diagnoses", level="patient",
         paraphrases=(
             "How many ICD diagnoses were coded for admission {hadm_id} of patient {subject_id}?",
@@ -136,7 +135,7 @@ WHERE a.subject_id = {subject_id} AND a.hadm_id = {hadm_id}""",
         noise=("missing_evidence", "duplicate_records", "conflicting_records", "nonexistent_entity", "out_of_scope"),
         entity_ref="hadm_id", description="number of coded diagnoses of an admission",
     ),
-    DiagnosisTemplate(
+    Template(
         id="diagnoses.has_diagnosis", intent="diagnoses", level="patient",
         paraphrases=(
             "Was patient {subject_id} diagnosed with {title} during admission {hadm_id}?",
@@ -164,7 +163,7 @@ WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id} AND dx.concept = {ti
         noise=("missing_evidence", "nonexistent_entity", "lexical_variation", "out_of_scope"),
         entity_ref="hadm_id", lexical="title", description="existence of a diagnosis in an admission (yes/no)",
     ),
-    DiagnosisTemplate(
+    Template(
         id="diagnoses.procedures_admission", intent="diagnoses", level="patient",
         paraphrases=(
             "Which ICD procedure codes were recorded for patient {subject_id} during admission {hadm_id}?",
@@ -186,7 +185,7 @@ ORDER BY e.icd_code""",
         noise=("missing_evidence", "conflicting_records", "nonexistent_entity", "out_of_scope"),
         entity_ref="hadm_id", description="set of procedure codes of an admission",
     ),
-    DiagnosisTemplate(
+    Template(
         id="diagnoses.procedure_day", intent="diagnoses", level="patient",
         paraphrases=(
             "How many calendar days after the admission date was {title} first performed for patient "
@@ -215,7 +214,7 @@ GROUP BY a.admittime""",
         entity_ref="hadm_id", lexical="title", premise=ADMISSION_PX_PREMISE,
         description="days from admission to a procedure",
     ),
-    DiagnosisTemplate(
+    Template(
         id="diagnoses.drg_description", intent="diagnoses", level="patient",
         paraphrases=(
             "Which HCFA DRG (description) was assigned to admission {hadm_id} of patient {subject_id}?",
@@ -244,7 +243,7 @@ GROUP BY subject_id, hadm_id HAVING count(*) = 1"""
 APR_NOISE = ("missing_evidence", "implausible_value", "missing_value", "nonexistent_entity", "out_of_scope")
 
 register(
-    DiagnosisTemplate(
+    Template(
         id="diagnoses.apr_severity", intent="diagnoses", level="patient",
         paraphrases=(
             "What APR-DRG severity of illness subclass (1-4) was assigned to admission {hadm_id} of patient "
@@ -262,7 +261,7 @@ WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id} AND e.drg_type = 'AP
                           key=("hadm_id", "drg_type"), value_col="drg_severity", bounds=APR_BOUNDS, aggregate=False),
         noise=APR_NOISE, entity_ref="hadm_id", description="APR-DRG severity of illness of an admission",
     ),
-    DiagnosisTemplate(
+    Template(
         id="diagnoses.apr_mortality_risk", intent="diagnoses", level="patient",
         paraphrases=(
             "What APR-DRG risk-of-mortality subclass (1-4) was assigned to admission {hadm_id} of patient "
@@ -294,19 +293,14 @@ GROUP BY ALL
 HAVING count(DISTINCT a.hadm_id) BETWEEN {{lo}} AND 400{{extra}}"""
 
 # the admissions of a year coded with a condition, each once
-COHORT_ADMISSIONS = """
-  SELECT DISTINCT e.hadm_id
-  FROM {diagnoses_icd} e
-  """ + DX_CONCEPT_JOIN + """
-  JOIN mimiciv_hosp.admissions a ON a.hadm_id = e.hadm_id
-  WHERE dx.concept = {title} AND extract(year FROM a.admittime) = {year}"""
+COHORT_ADMISSIONS = coded_cohort("title", codes="e", source="{diagnoses_icd}")
 
 ADMISSION_JOIN = "JOIN mimiciv_hosp.admissions a ON a.hadm_id = e.hadm_id"
 DX_COHORT_EVIDENCE = Evidence(**DX_EVIDENCE, join=f"{DX_CONCEPT_JOIN} {ADMISSION_JOIN}",
                               where="dx.concept = {title} AND extract(year FROM a.admittime) = {year}")
 
 register(
-    DiagnosisTemplate(
+    Template(
         id="diagnoses.cohort_top_diagnosis_icu", intent="diagnoses", level="population",
         paraphrases=(
             "Which diagnosis was coded most often among hospital admissions with an ICU stay that began in {year}?",
@@ -343,7 +337,7 @@ SELECT long_title FROM per_title WHERE n = (SELECT max(n) FROM per_title) ORDER 
         noise=("missing_evidence", "conflicting_records", "temporal_mismatch", "out_of_scope"),
         time_window=YEAR_WINDOW, description="most frequent diagnosis among ICU admissions of a year",
     ),
-    DiagnosisTemplate(
+    Template(
         id="diagnoses.cohort_count_admissions", intent="diagnoses", level="population",
         paraphrases=(
             "How many hospital admissions that began in {year} were coded with {title}?",
@@ -358,7 +352,7 @@ SELECT long_title FROM per_title WHERE n = (SELECT max(n) FROM per_title) ORDER 
         noise=("lexical_variation", "out_of_scope"),
         lexical="title", time_window=YEAR_WINDOW, description="number of admissions with a diagnosis in a year",
     ),
-    DiagnosisTemplate(
+    Template(
         id="diagnoses.cohort_mean_los", intent="diagnoses", level="population",
         paraphrases=(
             "What was the mean hospital length of stay (days) of admissions that began in {year} with a diagnosis "
@@ -374,7 +368,7 @@ SELECT long_title FROM per_title WHERE n = (SELECT max(n) FROM per_title) ORDER 
         noise=("missing_evidence", "temporal_mismatch", "lexical_variation", "out_of_scope"),
         lexical="title", time_window=YEAR_WINDOW, description="mean length of stay of admissions with a diagnosis",
     ),
-    DiagnosisTemplate(
+    Template(
         id="diagnoses.cohort_mortality", intent="diagnoses", level="population",
         paraphrases=(
             "What percentage of admissions that began in {year} with a diagnosis of {title} ended in death in "
@@ -390,7 +384,7 @@ SELECT long_title FROM per_title WHERE n = (SELECT max(n) FROM per_title) ORDER 
         noise=("missing_evidence", "temporal_mismatch", "lexical_variation", "out_of_scope"),
         lexical="title", time_window=YEAR_WINDOW, description="in-hospital mortality of admissions with a diagnosis",
     ),
-    DiagnosisTemplate(
+    Template(
         id="diagnoses.cohort_comorbidity_rate", intent="diagnoses", level="population",
         paraphrases=(
             "Among admissions that began in {year} with a diagnosis of {cohort}, what percentage were also coded "
@@ -413,12 +407,7 @@ JOIN coded o ON o.hadm_id = c.hadm_id AND o.title <> c.title
 WHERE size.n >= 2
 GROUP BY ALL
 HAVING count(*) BETWEEN 1 AND 400""",
-        gold_sql=f"""WITH cohort AS (
-  SELECT DISTINCT c.hadm_id
-  FROM mimiciv_hosp.diagnoses_icd c
-  JOIN {DX_CONCEPTS.replace(" dx(", " cx(")} ON cx.icd_version = c.icd_version AND starts_with(c.icd_code, cx.prefix)
-  JOIN mimiciv_hosp.admissions a ON a.hadm_id = c.hadm_id
-  WHERE cx.concept = {{cohort}} AND extract(year FROM a.admittime) = {{year}}
+        gold_sql=f"""WITH cohort AS ({coded_cohort("cohort", codes="c", alias="cx")}
 ), also AS (
   SELECT DISTINCT e.hadm_id
   FROM {{diagnoses_icd}} e
@@ -427,18 +416,14 @@ HAVING count(*) BETWEEN 1 AND 400""",
 )
 SELECT 100.0 * (SELECT count(*) FROM also) / (SELECT count(*) FROM cohort)""",
         answer=MEAN,
-        evidence=Evidence(**DX_EVIDENCE, join=DX_CONCEPT_JOIN + f"""
-JOIN (SELECT DISTINCT c.hadm_id, cx.concept, extract(year FROM a.admittime) AS year
-      FROM mimiciv_hosp.diagnoses_icd c
-      JOIN {DX_CONCEPTS.replace(" dx(", " cx(")} ON cx.icd_version = c.icd_version AND starts_with(c.icd_code, cx.prefix)
-      JOIN mimiciv_hosp.admissions a ON a.hadm_id = c.hadm_id) k ON k.hadm_id = e.hadm_id""",
+        evidence=Evidence(**DX_EVIDENCE, join=f"{DX_CONCEPT_JOIN}\nJOIN {coded_admissions('c', 'cx')} k ON k.hadm_id = e.hadm_id",
                           where="dx.concept = {title} AND k.concept = {cohort} AND k.year = {year}"),
         # (no duplicate records: admissions are counted once)
         noise=("temporal_mismatch", "lexical_variation", "out_of_scope"),
         lexical="title", time_window=YEAR_WINDOW,
         description="share of a diagnosis cohort with a second diagnosis (e.g. AKI among sepsis)",
     ),
-    DiagnosisTemplate(
+    Template(
         id="diagnoses.cohort_mean_apr_severity", intent="diagnoses", level="population",
         paraphrases=(
             "What was the mean APR-DRG severity of illness of admissions that began in {year} grouped under the "
@@ -465,7 +450,7 @@ WHERE e.drg_type = 'APR' AND e.description = {description} AND extract(year FROM
                "out_of_scope"),
         lexical="description", time_window=YEAR_WINDOW, description="mean APR-DRG severity of a DRG in a year",
     ),
-    DiagnosisTemplate(
+    Template(
         id="diagnoses.cohort_mean_age", intent="diagnoses", level="population",
         paraphrases=(
             "What was the mean age at admission of the admissions that began in {year} with a diagnosis of {title}?",
@@ -478,7 +463,7 @@ FROM {{patients}} e
 JOIN mimiciv_hosp.admissions a ON a.subject_id = e.subject_id
 WHERE extract(year FROM a.admittime) = {{year}} AND a.hadm_id IN (
   SELECT di.hadm_id FROM mimiciv_hosp.diagnoses_icd di
-  JOIN {DX_CONCEPTS} ON dx.icd_version = di.icd_version AND starts_with(di.icd_code, dx.prefix)
+  {dx_join("di")}
   WHERE dx.concept = {{title}})""",
         answer=MEAN,
         evidence=Evidence(table="patients", key=("subject_id",), value_col="anchor_age", bounds=AGE_BOUNDS,
@@ -486,7 +471,7 @@ WHERE extract(year FROM a.admittime) = {{year}} AND a.hadm_id IN (
       SELECT DISTINCT a.subject_id, dx.concept, extract(year FROM a.admittime) AS year
       FROM mimiciv_hosp.admissions a
       JOIN mimiciv_hosp.diagnoses_icd di ON di.hadm_id = a.hadm_id
-      JOIN {DX_CONCEPTS} ON dx.icd_version = di.icd_version AND starts_with(di.icd_code, dx.prefix)
+      {dx_join("di")}
      ) k ON k.subject_id = e.subject_id""",
                           where="k.concept = {title} AND k.year = {year}"),
         noise=("missing_evidence", "duplicate_records", "implausible_value", "temporal_mismatch", "lexical_variation",

@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from ehrgym.bench.answers import AnswerSpec
-from ehrgym.bench.templates.base import ADMISSION_WINDOW, ICU_WINDOW, TimeWindow
+from ehrgym.bench.templates.base import ADMISSION_WINDOW, ICU_WINDOW, TimeWindow  # noqa: F401  (importable from here, as before)
+from ehrgym.bench.templates.families import LAB_EVENTS, VITAL_SIGNS
 
 COUNT = AnswerSpec("integer")
 HOURS = AnswerSpec("number", rel_tol=1e-3, abs_tol=0.01, decimals=2)
@@ -47,9 +48,7 @@ GROUP BY p.y, p.span{group}
 HAVING count(*) BETWEEN {lo} AND {hi} AND count(*) FILTER (WHERE m.positive) >= 1{cond}"""
 
 
-LAB_EVIDENCE: dict[str, Any] = dict(table="labevents", key=("subject_id", "itemid", "charttime"), id_col="labevent_id",
-                    time_col="charttime", value_col="valuenum", text_col="value", unit_col="valueuom",
-                    item_col="itemid", item_param="itemid", window=ADMISSION_WINDOW, store_col="storetime")
-CHART_EVIDENCE: dict[str, Any] = dict(table="chartevents", key=("stay_id", "itemid", "charttime"), time_col="charttime",
-                      value_col="valuenum", text_col="value", unit_col="valueuom", window=ICU_WINDOW,
-                      store_col="storetime")
+# evidence shapes of the families (the hard templates write their own where/join; their chart
+# evidence names the item per template)
+LAB_EVIDENCE: dict[str, Any] = LAB_EVENTS.evidence()
+CHART_EVIDENCE: dict[str, Any] = {k: v for k, v in VITAL_SIGNS.evidence().items() if k not in ("item_col", "item_param")}

@@ -16,14 +16,16 @@ from __future__ import annotations
 from typing import Any
 
 from ehrgym.bench.answers import AnswerSpec
-from ehrgym.bench.concepts import primary_items, relation
-from ehrgym.bench.templates.base import ADMISSION_WINDOW, Evidence, Premise, Template, TimeWindow
+from ehrgym.bench.concepts import primary_items, relation  # noqa: F401  (importable from here, as before)
+from ehrgym.bench.templates.base import ADMISSION_WINDOW, Evidence, Premise, Template, TimeWindow  # noqa: F401
+from ehrgym.bench.templates.families import ADMISSION_TYPE, LAB_EVENTS
 from ehrgym.bench.templates.registry import register
 from ehrgym.db.items import items_for_table
 
-LAB_CONCEPTS = relation("lab") + " cpt(concept, itemid)"  # every reviewed lab concept and its items
-LAB_PRIMARY = primary_items("lab") + " p(concept, itemid)"  # concept -> the item its bounds/units come from
-CONCEPT_JOIN = "JOIN " + LAB_CONCEPTS + " ON cpt.itemid = e.itemid"
+LABS = LAB_EVENTS  # the family: labevents rows of reviewed lab concepts, by hospital admission
+LAB_CONCEPTS = LABS.concepts  # every reviewed lab concept and its items
+LAB_PRIMARY = LABS.primary  # concept -> the item its bounds/units come from
+CONCEPT_JOIN = LABS.join
 
 NUMBER = AnswerSpec("number")
 MEAN = AnswerSpec("number", rel_tol=1e-3, abs_tol=0.01, decimals=2)
@@ -34,36 +36,11 @@ ALL_VALUE = ("missing_evidence", "out_of_window", "conflicting_records", "implau
              "out_of_scope")
 
 # one (subject, admission, blood test) with at least two results
-ADMISSION_ITEM_SAMPLER = f"""
-SELECT e.subject_id, e.hadm_id, p.itemid, cpt.concept AS label
-FROM mimiciv_hosp.labevents e
-{CONCEPT_JOIN}
-JOIN {LAB_PRIMARY} ON p.concept = cpt.concept
-WHERE e.hadm_id IS NOT NULL
-GROUP BY ALL
-HAVING count(*) >= 2
-"""
-
-ADMISSION_EVIDENCE: dict[str, Any] = dict(
-    table="labevents", join=CONCEPT_JOIN,
-    where="e.subject_id = {subject_id} AND e.hadm_id = {hadm_id} AND cpt.concept = {label}",
-    key=("subject_id", "itemid", "charttime"), id_col="labevent_id", time_col="charttime", value_col="valuenum",
-    text_col="value", unit_col="valueuom", item_col="itemid", item_param="itemid", window=ADMISSION_WINDOW,
-    store_col="storetime",
-)
-
+ADMISSION_ITEM_SAMPLER = LABS.entity_sampler(min_rows=2, require_stay=True)
+ADMISSION_EVIDENCE: dict[str, Any] = LABS.evidence(join=CONCEPT_JOIN, where=LABS.entity_where())
 # a lab concept of which the admission has no result at all (but other patients do)
-ADMISSION_PREMISE = Premise("itemid", "label", f"""
-SELECT p.itemid, p.concept FROM {LAB_PRIMARY}
-WHERE p.concept NOT IN (
-    SELECT c2.concept FROM mimiciv_hosp.labevents e2 JOIN {relation("lab")} c2(concept, itemid) ON c2.itemid = e2.itemid
-    WHERE e2.subject_id = {{subject_id}} AND e2.hadm_id = {{hadm_id}})
-ORDER BY p.concept""")
-
-ADMISSION_ITEM_FILTER = """
-""" + CONCEPT_JOIN + """
-WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id}
-  AND cpt.concept = {label}"""
+ADMISSION_PREMISE = Premise(*LABS.missing_concept_premise("e2.subject_id = {subject_id} AND e2.hadm_id = {hadm_id}"))
+ADMISSION_ITEM_FILTER = LABS.entity_filter()
 
 PATIENT_SCOPE = ("SELECT min(admittime), max(dischtime) FROM mimiciv_hosp.admissions "
                  "WHERE subject_id = {subject_id}")
@@ -189,12 +166,8 @@ WHERE e.subject_id = {subject_id} AND cpt.concept = {label}
                "missing_evidence", "nonexistent_entity", "false_premise", "temporal_mismatch", "lexical_variation",
                "out_of_scope"),
         entity_ref="subject_id", lexical="label",
-        premise=Premise("itemid", "label", f"""
-SELECT p.itemid, p.concept FROM {LAB_PRIMARY}
-WHERE p.concept NOT IN (
-    SELECT c2.concept FROM mimiciv_hosp.labevents e2 JOIN {relation("lab")} c2(concept, itemid) ON c2.itemid = e2.itemid
-    WHERE e2.subject_id = {{subject_id}} AND e2.charttime BETWEEN {{t0}} AND {{t1}})
-ORDER BY p.concept"""),
+        premise=Premise(*LABS.missing_concept_premise(
+            "e2.subject_id = {subject_id} AND e2.charttime BETWEEN {t0} AND {t1}")),
         time_window=TimeWindow(PATIENT_SCOPE, start="t0", end="t1"),
         description="mean of a lab test over the first 72 hours of an admission",
     ),
@@ -204,31 +177,12 @@ ORDER BY p.concept"""),
 
 # admission types as a clinician says them ("emergency" = EW EMER. + DIRECT EMER.)
 ADM_TYPES = relation("admission_type") + " adt(concept, admission_type)"
-ADM_TYPE_JOIN = "JOIN " + ADM_TYPES + " ON adt.admission_type = a.admission_type"
+ADM_TYPE_JOIN = ADMISSION_TYPE.join
 
-COHORT_SAMPLER = f"""
-SELECT extract(year FROM a.admittime) AS year, adt.concept AS admission_type, p.itemid, cpt.concept AS label
-FROM mimiciv_hosp.admissions a
-{ADM_TYPE_JOIN}
-JOIN mimiciv_hosp.labevents e ON e.hadm_id = a.hadm_id
-{CONCEPT_JOIN}
-JOIN {LAB_PRIMARY} ON p.concept = cpt.concept
-GROUP BY ALL
-HAVING count(*) BETWEEN 3 AND 600
-"""
-
-COHORT_EVIDENCE: dict[str, Any] = dict(
-    ADMISSION_EVIDENCE,
-    join=CONCEPT_JOIN + " JOIN mimiciv_hosp.admissions a ON a.hadm_id = e.hadm_id " + ADM_TYPE_JOIN,
-    where="cpt.concept = {label} AND adt.concept = {admission_type} AND extract(year FROM a.admittime) = {year}",
-)
-
-COHORT_FILTER = """
-JOIN mimiciv_hosp.admissions a ON a.hadm_id = e.hadm_id
-""" + ADM_TYPE_JOIN + """
-""" + CONCEPT_JOIN + """
-WHERE cpt.concept = {label}
-  AND adt.concept = {admission_type} AND extract(year FROM a.admittime) = {year}"""
+COHORT_SAMPLER = LABS.cohort_sampler(ADMISSION_TYPE, "admission_type", lo=3, hi=600)
+COHORT_EVIDENCE: dict[str, Any] = LABS.evidence(join=LABS.cohort_join(ADMISSION_TYPE),
+                                                where=LABS.cohort_where(ADMISSION_TYPE, "admission_type"))
+COHORT_FILTER = LABS.cohort_filter(ADMISSION_TYPE, "admission_type")
 
 POP_NOISE = ("duplicate_records", "out_of_window", "conflicting_records", "implausible_value", "unit_mismatch",
              "encoding_corruption", "missing_evidence", "temporal_mismatch", "lexical_variation", "out_of_scope")
@@ -360,9 +314,7 @@ WHERE cpt.concept = {label} AND extract(year FROM a.admittime) = {year}
 ORDER BY e.valuenum DESC NULLS LAST, e.subject_id
 LIMIT 1""",
         answer=COUNT,
-        evidence=Evidence(**{**COHORT_EVIDENCE,
-                             "join": CONCEPT_JOIN + " JOIN mimiciv_hosp.admissions a ON a.hadm_id = e.hadm_id",
-                             "where": "cpt.concept = {label} AND extract(year FROM a.admittime) = {year}"},
+        evidence=Evidence(**LABS.evidence(join=LABS.cohort_join(), where=LABS.cohort_where()),
                           focus="min", aggregate=True),
         noise=("out_of_window", "conflicting_records", "implausible_value", "unit_mismatch", "missing_evidence",
                "temporal_mismatch", "lexical_variation", "out_of_scope"),

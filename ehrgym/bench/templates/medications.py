@@ -15,16 +15,15 @@ from __future__ import annotations
 from typing import Any
 
 from ehrgym.bench.answers import AnswerSpec
-from ehrgym.bench.concepts import concepts, primary_items, relation
+from ehrgym.bench.concepts import concepts, primary_items, relation  # noqa: F401  (importable from here, as before)
 from ehrgym.bench.noise.units import CONVERSIONS, UnitConversion
-from ehrgym.bench.templates.base import ADMISSION_WINDOW, ICU_WINDOW, Evidence, Premise, Template, TimeWindow
-from ehrgym.bench.templates.diagnoses import DX_CONCEPTS, INFECTIONS
+from ehrgym.bench.templates.base import ADMISSION_WINDOW, ICU_WINDOW, Evidence, Premise, Template, TimeWindow  # noqa: F401
+from ehrgym.bench.templates.diagnoses import DX_CONCEPTS, INFECTIONS  # noqa: F401
+from ehrgym.bench.templates.families import FIRST_CAREUNIT, INFUSIONS, coded_admissions, coded_cohort, dx_join
 from ehrgym.bench.templates.registry import register
 
 
-class MedicationTemplate(Template):
-    """A template of this module. Unpickling one (build worker processes receive pickled templates)
-    imports this module, so the curated names (lexicon) and infusion unit conversions registered here at import time exist there too."""
+MedicationTemplate = Template  # (an alias for importers: unpickling any Template imports the template modules)
 
 COUNT = AnswerSpec("integer")
 HOURS = AnswerSpec("number", rel_tol=1e-3, abs_tol=0.005, decimals=2)
@@ -47,9 +46,10 @@ TOPICAL_ROUTES = ("OU", "OS", "OD", "AU", "AS", "AD", "TP", "BOTH EYES", "LEFT E
 SYSTEMIC = "coalesce(e.route, '') NOT IN (" + ", ".join(f"'{r}'" for r in TOPICAL_ROUTES) + ")"
 # ICU drips charted in mg in inputevents (norepinephrine, phenylephrine, propofol, epinephrine, dopamine)
 DRIP_IDS = tuple(i for c in concepts("infusion") for i in c.itemids)
-DRIP_CONCEPTS = relation("infusion") + " cpt(concept, itemid)"
-DRIP_PRIMARY = primary_items("infusion") + " p(concept, itemid)"
-DRIP_JOIN = "JOIN " + DRIP_CONCEPTS + " ON cpt.itemid = e.itemid"
+DRIPS = INFUSIONS  # the family: inputevents rows of the infusion concepts, by ICU stay
+DRIP_CONCEPTS = DRIPS.concepts
+DRIP_PRIMARY = DRIPS.primary
+DRIP_JOIN = DRIPS.join
 GIVEN = "('Administered', 'Started')"  # eMAR events that mean the drug reached the patient
 
 # A vasoactive or sedative drip charted in mcg instead of mg is the classic infusion unit error.
@@ -70,10 +70,9 @@ EMAR_KEY = ("subject_id", "emar_seq")  # emar_id: a re-stored copy keeps it
 EMAR_DOSES: dict[str, Any] = dict(table="emar", join=EMAR_DRUG,
                   where="e.hadm_id = {hadm_id} AND dc.concept = {drug} AND e.event_txt = 'Administered'",
                   key=EMAR_KEY, time_col="charttime", window=ADMISSION_WINDOW, store_col="storetime")
-DRIP_EVIDENCE: dict[str, Any] = dict(table="inputevents", join=DRIP_JOIN, where="e.stay_id = {stay_id} AND cpt.concept = {label}",
-                     key=("stay_id", "itemid", "starttime"), id_col="orderid", time_col="starttime",
-                     window=ICU_WINDOW, store_col="storetime")
-DRIP_VALUE: dict[str, Any] = dict(value_col="amount", unit_col="amountuom", item_col="itemid", item_param="itemid")
+DRIP_EVIDENCE: dict[str, Any] = DRIPS.evidence(values=False, join=DRIP_JOIN,
+                                                where="e.stay_id = {stay_id} AND cpt.concept = {label}")
+DRIP_VALUE: dict[str, Any] = dict(DRIPS.values)
 
 # a drug (concept) the hospital ordered, but not in this admission
 RX_PREMISE = Premise("drug", "drug", f"""
@@ -86,29 +85,15 @@ SELECT DISTINCT dc.concept, dc.concept FROM mimiciv_hosp.emar e {EMAR_ABX}
 WHERE dc.concept NOT IN (
     SELECT dc.concept FROM mimiciv_hosp.emar e {EMAR_ABX} WHERE e.hadm_id = {{hadm_id}})
 ORDER BY 1""")
-DRIP_PREMISE = Premise("itemid", "label", f"""
-SELECT p.itemid, p.concept FROM {DRIP_PRIMARY}
-WHERE p.concept NOT IN (
-    SELECT cpt.concept FROM mimiciv_icu.inputevents e {DRIP_JOIN} WHERE e.stay_id = {{stay_id}})
-ORDER BY p.concept""")
+DRIP_PREMISE = Premise(*DRIPS.missing_concept_premise("e2.stay_id = {stay_id}"))
 
-DRIP_SAMPLER = f"""
-SELECT e.subject_id, e.stay_id, p.itemid, cpt.concept AS label
-FROM mimiciv_icu.inputevents e
-{DRIP_JOIN}
-JOIN {DRIP_PRIMARY} ON p.concept = cpt.concept
-WHERE e.stay_id IS NOT NULL
-GROUP BY ALL
-HAVING count(*) >= 2"""
-DRIP_FILTER = """
-""" + DRIP_JOIN + """
-WHERE e.subject_id = {subject_id} AND e.stay_id = {stay_id}
-  AND cpt.concept = {label}"""
+DRIP_SAMPLER = DRIPS.entity_sampler(min_rows=2, require_stay=True)
+DRIP_FILTER = DRIPS.entity_filter()
 
 # ---------------------------------------------------------------- patient level
 
 register(
-    MedicationTemplate(
+    Template(
         id="medications.first_order_time", intent="medications", level="patient",
         paraphrases=(
             "When was {drug} first ordered to start for patient {subject_id} during admission {hadm_id}?",
@@ -129,7 +114,7 @@ WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id} AND dc.concept = {dr
                "out_of_scope"),
         entity_ref="hadm_id", lexical="drug", premise=RX_PREMISE, description="start time of the first order of a drug",
     ),
-    MedicationTemplate(
+    Template(
         id="medications.hours_to_first_dose", intent="medications", level="patient",
         paraphrases=(
             "How many hours after the start of admission {hadm_id} did patient {subject_id} receive the first dose "
@@ -155,7 +140,7 @@ GROUP BY a.admittime""",
         entity_ref="hadm_id", lexical="drug", premise=ABX_EMAR_PREMISE,
         description="time from admission to the first antibiotic dose",
     ),
-    MedicationTemplate(
+    Template(
         id="medications.count_doses", intent="medications", level="patient",
         paraphrases=(
             "How many doses of {drug} were administered to patient {subject_id} during admission {hadm_id}?",
@@ -175,7 +160,7 @@ WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id}
         noise=("duplicate_records", "out_of_window", "nonexistent_entity", "lexical_variation", "out_of_scope"),
         entity_ref="subject_id", lexical="drug", description="number of administered doses of a drug",
     ),
-    MedicationTemplate(
+    Template(
         id="medications.total_drip_amount", intent="medications", level="patient",
         paraphrases=(
             "What total amount of {label} (mg) did patient {subject_id} receive during ICU stay {stay_id}?",
@@ -192,7 +177,7 @@ WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id}
         entity_ref="stay_id", lexical="label", premise=DRIP_PREMISE,
         description="total amount of a vasoactive/sedative infusion in an ICU stay",
     ),
-    MedicationTemplate(
+    Template(
         id="medications.max_drip_amount", intent="medications", level="patient",
         paraphrases=(
             "What was the largest single charted amount (mg) of {label} for patient {subject_id} during ICU stay "
@@ -210,7 +195,7 @@ WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id}
         entity_ref="stay_id", lexical="label", premise=DRIP_PREMISE,
         description="largest charted amount of an infusion in an ICU stay",
     ),
-    MedicationTemplate(
+    Template(
         id="medications.drip_hours", intent="medications", level="patient",
         paraphrases=(
             "For how many hours in total did patient {subject_id} receive {label} during ICU stay {stay_id}?",
@@ -226,7 +211,7 @@ WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id}
         entity_ref="subject_id", lexical="label", premise=DRIP_PREMISE,
         description="duration of a vasopressor/sedative infusion in an ICU stay",
     ),
-    MedicationTemplate(
+    Template(
         id="medications.count_antibiotics", intent="medications", level="patient",
         paraphrases=(
             "How many different systemic antibiotics (not eye, ear or skin preparations) were ordered for patient "
@@ -252,7 +237,7 @@ WHERE a.subject_id = {{subject_id}} AND a.hadm_id = {{hadm_id}} AND {SYSTEMIC}""
         noise=("conflicting_records", "nonexistent_entity", "out_of_scope"),
         entity_ref="hadm_id", description="number of distinct antibiotics of an admission",
     ),
-    MedicationTemplate(
+    Template(
         id="medications.route", intent="medications", level="patient",
         paraphrases=(
             "By which route was {drug} ordered for patient {subject_id} during admission {hadm_id}?",
@@ -274,7 +259,7 @@ ORDER BY e.route""",
                "lexical_variation", "out_of_scope"),
         entity_ref="hadm_id", lexical="drug", premise=RX_PREMISE, description="route of a drug order",
     ),
-    MedicationTemplate(
+    Template(
         id="medications.was_given", intent="medications", level="patient",
         paraphrases=(
             "Was patient {subject_id} given {drug} during hospital admission {hadm_id}?",
@@ -316,13 +301,12 @@ ADM_IN_YEAR = "extract(year FROM a.admittime) = {year}"
 STAY_JOIN = "JOIN mimiciv_icu.icustays s ON s.stay_id = e.stay_id"
 STAY_IN_YEAR = "extract(year FROM s.intime) = {year}"
 # admissions coded with an infection concept (sepsis, pneumonia, urinary tract infection)
-INFECTION_ADMISSIONS = (f"(SELECT DISTINCT di.hadm_id, dx.concept FROM mimiciv_hosp.diagnoses_icd di JOIN {DX_CONCEPTS} "
-                        f"ON dx.icd_version = di.icd_version AND starts_with(di.icd_code, dx.prefix) "
+INFECTION_ADMISSIONS = (f"(SELECT DISTINCT di.hadm_id, dx.concept FROM mimiciv_hosp.diagnoses_icd di {dx_join('di')} "
                         f"WHERE dx.concept IN {INFECTIONS})")
-UNIT_JOIN = "JOIN " + relation("careunit") + " cu(concept, careunit) ON cu.careunit = s.first_careunit"
+UNIT_JOIN = FIRST_CAREUNIT.join
 
 register(
-    MedicationTemplate(
+    Template(
         id="medications.cohort_top_antibiotic", intent="medications", level="population",
         paraphrases=(
             "Which systemic antibiotic was ordered most often in admissions that began in {year} with a diagnosis of "
@@ -343,12 +327,7 @@ SELECT year, title FROM (
     GROUP BY ALL))
 GROUP BY year, title
 HAVING count(*) FILTER (WHERE n = top) = 1 AND sum(n) BETWEEN 2 AND 400""",
-        gold_sql=f"""WITH cohort AS (
-  SELECT DISTINCT di.hadm_id
-  FROM mimiciv_hosp.diagnoses_icd di
-  JOIN {DX_CONCEPTS} ON dx.icd_version = di.icd_version AND starts_with(di.icd_code, dx.prefix)
-  JOIN mimiciv_hosp.admissions a ON a.hadm_id = di.hadm_id
-  WHERE dx.concept = {{title}} AND extract(year FROM a.admittime) = {{year}}
+        gold_sql=f"""WITH cohort AS ({coded_cohort("title")}
 ), per_drug AS (
   SELECT dc.concept AS drug, count(*) AS n
   FROM {{prescriptions}} e
@@ -360,16 +339,13 @@ SELECT drug FROM per_drug WHERE n = (SELECT max(n) FROM per_drug) ORDER BY drug"
         answer=NAMES,
         evidence=Evidence(table="prescriptions", key=("hadm_id", "drug", "starttime"), id_col="pharmacy_id",
                           time_col="starttime", window=ADMISSION_WINDOW, category_col="drug",
-                          join=RX_ABX + f""" JOIN (SELECT DISTINCT di.hadm_id, dx.concept, extract(year FROM a.admittime) AS year
-      FROM mimiciv_hosp.diagnoses_icd di
-      JOIN {DX_CONCEPTS} ON dx.icd_version = di.icd_version AND starts_with(di.icd_code, dx.prefix)
-      JOIN mimiciv_hosp.admissions a ON a.hadm_id = di.hadm_id) k ON k.hadm_id = e.hadm_id""",
+                          join=f"{RX_ABX} JOIN {coded_admissions()} k ON k.hadm_id = e.hadm_id",
                           where=f"{SYSTEMIC} AND k.concept = {{title}} AND k.year = {{year}}"),
         noise=("missing_evidence", "conflicting_records", "temporal_mismatch", "lexical_variation", "out_of_scope"),
         lexical="title", time_window=YEAR_WINDOW,
         description="most prescribed antibiotic in an infection cohort (top-1, ties as a set)",
     ),
-    MedicationTemplate(
+    Template(
         id="medications.cohort_mean_drip_amount", intent="medications", level="population",
         paraphrases=(
             "Among ICU stays that began in {year} and received {label}, what was the mean total amount (mg) per stay?",
@@ -393,13 +369,12 @@ HAVING count(*) BETWEEN 2 AND 400""",
 )
 SELECT round(avg(total), 6) FROM per_stay""",
         answer=AMOUNT,
-        evidence=Evidence(**{**DRIP_EVIDENCE, "where": "cpt.concept = {label} AND " + STAY_IN_YEAR,
-                             "join": DRIP_JOIN + " " + STAY_JOIN}, **DRIP_VALUE),
+        evidence=Evidence(**DRIPS.evidence(join=DRIPS.cohort_join(), where=DRIPS.cohort_where())),
         noise=("missing_evidence", "duplicate_records", "out_of_window", "conflicting_records", "implausible_value",
                "unit_mismatch", "temporal_mismatch", "lexical_variation", "out_of_scope"),
         lexical="label", time_window=ICU_YEAR_WINDOW, description="mean total infusion amount per ICU stay in a year",
     ),
-    MedicationTemplate(
+    Template(
         id="medications.cohort_unit_mean_segment", intent="medications", level="population",
         paraphrases=(
             "Among ICU stays that began in {year} in the {careunit}, what was the mean {label} amount (mg) per "
@@ -417,23 +392,16 @@ JOIN mimiciv_icu.icustays s ON s.stay_id = e.stay_id
 JOIN {DRIP_PRIMARY} ON p.concept = cpt.concept
 GROUP BY ALL
 HAVING count(*) BETWEEN 3 AND 400 AND count(DISTINCT e.amount) >= 2""",
-        gold_sql="""SELECT round(avg(e.amount), 6)
-FROM {inputevents} e
-JOIN mimiciv_icu.icustays s ON s.stay_id = e.stay_id
-""" + UNIT_JOIN + """
-""" + DRIP_JOIN + """
-WHERE cpt.concept = {label}
-  AND cu.concept = {careunit} AND extract(year FROM s.intime) = {year}""",
+        gold_sql="SELECT round(avg(e.amount), 6)\nFROM {inputevents} e" + DRIPS.cohort_filter(FIRST_CAREUNIT, "careunit"),
         answer=AMOUNT,
-        evidence=Evidence(**{**DRIP_EVIDENCE, "where": "cpt.concept = {label} AND cu.concept = {careunit} AND "
-                                                       + STAY_IN_YEAR, "join": DRIP_JOIN + " " + STAY_JOIN + " " + UNIT_JOIN},
-                          **DRIP_VALUE),
+        evidence=Evidence(**DRIPS.evidence(join=DRIPS.cohort_join(FIRST_CAREUNIT),
+                                           where=DRIPS.cohort_where(FIRST_CAREUNIT, "careunit"))),
         noise=("missing_evidence", "duplicate_records", "out_of_window", "conflicting_records", "implausible_value",
                "unit_mismatch", "temporal_mismatch", "lexical_variation", "out_of_scope"),
         lexical="label", time_window=ICU_YEAR_WINDOW,
         description="mean charted infusion amount in a care unit and year",
     ),
-    MedicationTemplate(
+    Template(
         id="medications.cohort_share_on_drip", intent="medications", level="population",
         paraphrases=(
             "What percentage of the ICU stays that began in {year} received {label}?",
@@ -457,12 +425,11 @@ HAVING count(*) BETWEEN 1 AND 400""",
 )
 SELECT 100.0 * (SELECT count(*) FROM treated) / (SELECT count(*) FROM stays)""",
         answer=AMOUNT,
-        evidence=Evidence(**{**DRIP_EVIDENCE, "where": "cpt.concept = {label} AND " + STAY_IN_YEAR,
-                             "join": DRIP_JOIN + " " + STAY_JOIN}),
+        evidence=Evidence(**DRIPS.evidence(values=False, join=DRIPS.cohort_join(), where=DRIPS.cohort_where())),
         noise=("temporal_mismatch", "lexical_variation", "out_of_scope"),
         lexical="label", time_window=ICU_YEAR_WINDOW, description="share of ICU stays on a vasopressor/sedative",
     ),
-    MedicationTemplate(
+    Template(
         id="medications.cohort_count_doses", intent="medications", level="population",
         paraphrases=(
             "How many {drug} administrations were charted in the eMAR for admissions that began in {year}?",
@@ -487,7 +454,7 @@ WHERE dc.concept = {drug} AND e.event_txt = 'Administered' AND extract(year FROM
         noise=("duplicate_records", "out_of_window", "lexical_variation", "out_of_scope"),
         lexical="drug", time_window=YEAR_WINDOW, description="number of eMAR administrations of a drug in a year",
     ),
-    MedicationTemplate(
+    Template(
         id="medications.cohort_mean_hours_to_dose", intent="medications", level="population",
         paraphrases=(
             "Among admissions that began in {year} and received {drug}, what was the mean time (hours) from "

@@ -29,9 +29,7 @@ from ehrgym.bench.templates.base import ADMISSION_WINDOW, Evidence, Premise, Tem
 from ehrgym.bench.templates.registry import register
 
 
-class MicrobiologyTemplate(Template):
-    """A template of this module. Unpickling one (build worker processes receive pickled templates)
-    imports this module, so the curated names (lexicon) registered here at import time exist there too."""
+MicrobiologyTemplate = Template  # (an alias for importers: unpickling any Template imports the template modules)
 
 COUNT = AnswerSpec("integer")
 RATE = AnswerSpec("number", rel_tol=1e-3, abs_tol=0.005, decimals=2)
@@ -114,7 +112,7 @@ SPECIMEN_ROWS = "e.hadm_id = {hadm_id} AND sp.concept = {specimen}"
 # ---------------------------------------------------------------- patient level
 
 register(
-    MicrobiologyTemplate(
+    Template(
         id="microbiology.organisms_grown", intent="microbiology", level="patient",
         paraphrases=(
             "Which organisms grew in the {specimen} specimens of patient {subject_id} during admission {hadm_id}?",
@@ -138,7 +136,7 @@ ORDER BY e.org_name""",
         entity_ref="hadm_id", lexical="specimen", premise=SPECIMEN_PREMISE,
         description="organisms grown in the cultures of one specimen type in an admission",
     ),
-    MicrobiologyTemplate(
+    Template(
         id="microbiology.first_positive_time", intent="microbiology", level="patient",
         paraphrases=(
             "When was the first {specimen} specimen that grew an organism collected from patient {subject_id} "
@@ -163,7 +161,7 @@ WHERE a.subject_id = {subject_id} AND a.hadm_id = {hadm_id}
         entity_ref="subject_id", lexical="specimen", premise=SPECIMEN_PREMISE,
         description="collection time of the first positive culture",
     ),
-    MicrobiologyTemplate(
+    Template(
         id="microbiology.resistant_antibiotics", intent="microbiology", level="patient",
         paraphrases=(
             "To which antibiotics was the {organism} isolated from patient {subject_id} during admission {hadm_id} "
@@ -199,7 +197,7 @@ WHERE e.ab_name IS NOT NULL AND og.concept NOT IN (
 ORDER BY 1"""),
         description="antibiotics an isolate was resistant to",
     ),
-    MicrobiologyTemplate(
+    Template(
         id="microbiology.count_cultures", intent="microbiology", level="patient",
         paraphrases=(
             "How many {specimen} specimens were sent from patient {subject_id} during admission {hadm_id}?",
@@ -220,7 +218,7 @@ WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id} AND sp.concept = {sp
         noise=("duplicate_records", "out_of_window", "nonexistent_entity", "lexical_variation", "out_of_scope"),
         entity_ref="hadm_id", lexical="specimen", description="number of cultures of one specimen type",
     ),
-    MicrobiologyTemplate(
+    Template(
         id="microbiology.organism_isolated", intent="microbiology", level="patient",
         paraphrases=(
             "Was {organism} isolated from any culture of patient {subject_id} during admission {hadm_id}?",
@@ -253,7 +251,7 @@ WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id} AND og.concept = {or
         noise=("missing_evidence", "nonexistent_entity", "lexical_variation", "out_of_scope"),
         entity_ref="hadm_id", lexical="organism", description="whether an organism was isolated (yes/no)",
     ),
-    MicrobiologyTemplate(
+    Template(
         id="microbiology.mic_value", intent="microbiology", level="patient",
         paraphrases=(
             "What MIC (µg/mL) of {antibiotic} was reported for the {organism} isolate of patient {subject_id} in "
@@ -298,7 +296,7 @@ ORDER BY 1"""),
 IN_YEAR = "e.hadm_id IS NOT NULL AND extract(year FROM e.charttime) = {year}"
 
 register(
-    MicrobiologyTemplate(
+    Template(
         id="microbiology.cohort_top_organism", intent="microbiology", level="population",
         paraphrases=(
             "Which organism was isolated most often from {specimen} specimens collected during hospital admissions "
@@ -334,7 +332,7 @@ SELECT org_name FROM per_org WHERE n = (SELECT max(n) FROM per_org) ORDER BY org
         lexical="specimen", time_window=YEAR_WINDOW,
         description="most frequent organism of a specimen type in a year",
     ),
-    MicrobiologyTemplate(
+    Template(
         id="microbiology.cohort_resistance_rate", intent="microbiology", level="population",
         paraphrases=(
             "Of the {organism} isolates from {specimen} specimens of hospital admissions tested against {antibiotic}, "
@@ -365,7 +363,7 @@ WHERE e.hadm_id IS NOT NULL AND sp.concept = {specimen} AND og.concept = {organi
                "out_of_scope"),
         lexical="organism", description="resistance rate of an organism to an antibiotic",
     ),
-    MicrobiologyTemplate(
+    Template(
         id="microbiology.cohort_positivity_rate", intent="microbiology", level="population",
         paraphrases=(
             "What percentage of the {specimen} specimens collected during hospital admissions in {year} grew at least "
@@ -393,7 +391,7 @@ WHERE e.hadm_id IS NOT NULL AND sp.concept = {specimen} AND extract(year FROM e.
                "lexical_variation", "out_of_scope"),
         lexical="specimen", time_window=YEAR_WINDOW, description="positivity rate of a culture type in a year",
     ),
-    MicrobiologyTemplate(
+    Template(
         id="microbiology.cohort_count_isolates", intent="microbiology", level="population",
         paraphrases=(
             "How many specimens collected during hospital admissions in {year} grew {organism}?",
@@ -416,7 +414,7 @@ WHERE e.hadm_id IS NOT NULL AND og.concept = {organism} AND extract(year FROM e.
         noise=("duplicate_records", "out_of_window", "lexical_variation", "out_of_scope"),
         lexical="organism", time_window=YEAR_WINDOW, description="number of isolates of an organism in a year",
     ),
-    MicrobiologyTemplate(
+    Template(
         id="microbiology.cohort_mic50", intent="microbiology", level="population",
         paraphrases=(
             "What was the MIC50 (µg/mL) of {antibiotic} for {organism} isolates from {specimen} specimens of "
@@ -459,7 +457,7 @@ WHERE 2 * (SELECT count(*) FROM iso i WHERE i.mic <= s.mic AND i.cmp <> '=>') >=
         noise=("missing_evidence", "out_of_window", "conflicting_records", "lexical_variation", "out_of_scope"),
         lexical="antibiotic", description="MIC50 of an antibiotic for an organism (censored dilutions handled)",
     ),
-    MicrobiologyTemplate(
+    Template(
         id="microbiology.cohort_max_mic", intent="microbiology", level="population",
         paraphrases=(
             "What was the highest {antibiotic} MIC (µg/mL) reported for {organism} isolates from specimens "

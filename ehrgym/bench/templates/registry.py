@@ -7,6 +7,7 @@ naming a module whose import calls :func:`register`, or a :class:`Template` obje
 from __future__ import annotations
 
 import importlib
+import sys
 
 from ehrgym.bench.templates.base import Template
 from ehrgym.errors import BenchmarkError
@@ -31,20 +32,39 @@ TEMPLATE_MODULES: tuple[str, ...] = (
 )
 
 
+# the module whose import registered each template (its intent module, or a harder multi-intent one)
+ORIGINS: dict[str, str] = {}
+
+
 def register(*templates: Template) -> None:
     """Register templates (called at import time of a template module)."""
+    caller = sys._getframe(1).f_globals.get("__name__", "")
     for t in templates:
         TEMPLATES.add(t.id, t)
+        ORIGINS.setdefault(t.id, caller)
 
 
-def _load() -> None:
+def import_template_modules() -> None:
+    """Import every built-in template module: they register their templates, and the curated names
+    (lexicon) and unit conversions the noise injectors read."""
     for module in TEMPLATE_MODULES:
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as exc:
             if exc.name != module:
                 raise
+
+
+def _load() -> None:
+    import_template_modules()
     TEMPLATES.load_plugins()
+
+
+def template_module(template_id: str) -> str:
+    """The module that registered a template (e.g. ``ehrgym.bench.templates.cohorts``)."""
+    _load()
+    TEMPLATES.get(template_id)
+    return ORIGINS.get(template_id, "")
 
 
 def all_templates() -> list[Template]:

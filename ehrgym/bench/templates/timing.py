@@ -15,9 +15,7 @@ from ehrgym.bench.templates.hard_common import (CHART_EVIDENCE, COUNT, HOURS, LA
 from ehrgym.bench.templates.registry import register
 
 
-class TimingTemplate(Template):
-    """A template of this module. Unpickling one (build worker processes receive pickled templates)
-    imports this module, so the concept lexicon registered by ``concept_sql`` exists there too."""
+TimingTemplate = Template  # (an alias for importers: unpickling any Template imports the template modules)
 
 
 MAP_IDS = ints(MAP_ITEMS)
@@ -199,7 +197,7 @@ WHERE n.itemid NOT IN (SELECT itemid FROM mimiciv_icu.procedureevents WHERE stay
 ORDER BY n.itemid""")
 
 register(
-    TimingTemplate(
+    Template(
         id="labs.lowest_first_48h_icu", intent="labs", level="patient", tier=3,
         paraphrases=(
             "What was the lowest {lab} of patient {subject_id} in the first 48 hours after admission to ICU "
@@ -220,7 +218,7 @@ register(
         entity_ref="stay_id", lexical="lab", premise=ICU48_PREMISE,
         description="lowest lab value in the first 48 hours of an ICU stay",
     ),
-    TimingTemplate(
+    Template(
         id="vitals.hypotension_before_vasopressor", intent="vitals", level="patient", tier=3,
         paraphrases=(
             "During ICU stay {stay_id} of patient {subject_id}, how many mean arterial pressure readings below 65 "
@@ -242,7 +240,7 @@ register(
                "encoding_corruption", "nonexistent_entity", "out_of_scope"),
         entity_ref="stay_id", description="hypotensive MAP readings before the first vasopressor",
     ),
-    TimingTemplate(
+    Template(
         id="vitals.max_temperature_c_first_24h", intent="vitals", level="patient", tier=3,
         paraphrases=(
             "What was patient {subject_id}'s highest body temperature, in °C, during the first 24 hours of ICU "
@@ -263,7 +261,7 @@ register(
                "nonexistent_entity", "out_of_scope"),
         entity_ref="stay_id", description="peak temperature in °C over both temperature items, first ICU day",
     ),
-    TimingTemplate(
+    Template(
         id="medications.hours_blood_culture_to_antibiotic", intent="medications", level="patient", tier=3,
         paraphrases=(
             "In admission {hadm_id}, how many hours after patient {subject_id}'s first blood culture was drawn "
@@ -285,7 +283,7 @@ register(
         noise=("missing_evidence", "out_of_window", "nonexistent_entity", "out_of_scope"),
         entity_ref="hadm_id", description="hours from the first blood culture to the first antibiotic dose",
     ),
-    TimingTemplate(
+    Template(
         id="microbiology.organisms_before_antibiotic", intent="microbiology", level="patient", tier=3,
         paraphrases=(
             "Which organisms grew in cultures collected from patient {subject_id} during admission {hadm_id} "
@@ -306,7 +304,7 @@ register(
         noise=("missing_evidence", "out_of_window", "conflicting_records", "nonexistent_entity", "out_of_scope"),
         entity_ref="hadm_id", description="organisms grown in cultures drawn before the first antibiotic",
     ),
-    TimingTemplate(
+    Template(
         id="encounters.icu_hours_admission", intent="encounters", level="patient", tier=2,
         paraphrases=(
             "How many hours in total did patient {subject_id} spend in intensive care units during hospital "
@@ -327,7 +325,7 @@ WHERE careunit IN ({ICU_CAREUNITS}) AND eventtype IN ('admit', 'transfer') AND o
         noise=("missing_evidence", "duplicate_records", "nonexistent_entity", "out_of_scope"),
         entity_ref="hadm_id", description="total hours in intensive care units over the transfers of an admission",
     ),
-    TimingTemplate(
+    Template(
         id="encounters.cohort_early_icu_los", intent="encounters", level="population", tier=3,
         paraphrases=(
             "Among {unit_name} stays beginning on or after {t0} and before {t1} that started within 24 hours of "
@@ -353,7 +351,7 @@ WHERE careunit IN ({ICU_CAREUNITS}) AND eventtype IN ('admit', 'transfer') AND o
         lexical="unit_name", time_window=PERIOD_WINDOW,
         description="mean ICU length of stay of a unit's early ICU admissions after emergency admission",
     ),
-    TimingTemplate(
+    Template(
         id="diagnoses.icu_procedure_hours", intent="diagnoses", level="patient", tier=2,
         paraphrases=(
             "How many hours after the start of ICU stay {stay_id} did patient {subject_id} first undergo "
@@ -373,7 +371,7 @@ WHERE careunit IN ({ICU_CAREUNITS}) AND eventtype IN ('admit', 'transfer') AND o
         entity_ref="stay_id", lexical="procedure", premise=PROC_PREMISE,
         description="hours from ICU admission to the first ICU procedure of a kind",
     ),
-    TimingTemplate(
+    Template(
         id="vitals.lowest_map_on_vasopressor", intent="vitals", level="patient", tier=3,
         paraphrases=(
             "During ICU stay {stay_id} of patient {subject_id}, what was the lowest mean arterial pressure "

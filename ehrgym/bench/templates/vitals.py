@@ -12,50 +12,30 @@ from __future__ import annotations
 from typing import Any
 
 from ehrgym.bench.answers import AnswerSpec
-from ehrgym.bench.concepts import primary_items, relation
-from ehrgym.bench.templates.base import ICU_WINDOW, Evidence, Premise, Template, TimeWindow
+from ehrgym.bench.concepts import primary_items, relation  # noqa: F401  (importable from here, as before)
+from ehrgym.bench.templates.base import ICU_WINDOW, Evidence, Premise, Template, TimeWindow  # noqa: F401
+from ehrgym.bench.templates.families import FIRST_CAREUNIT, URINE_OUTPUT, VITAL_SIGNS
 from ehrgym.bench.templates.registry import register
 from ehrgym.db.items import items_for_table
 
-VITAL_CONCEPTS = relation("vital") + " cpt(concept, itemid)"
-VITAL_PRIMARY = primary_items("vital") + " p(concept, itemid)"
-VITAL_JOIN = "JOIN " + VITAL_CONCEPTS + " ON cpt.itemid = e.itemid"
-URINE_CONCEPTS = relation("urine") + " cpt(concept, itemid)"
-URINE_PRIMARY = primary_items("urine") + " p(concept, itemid)"
-URINE_JOIN = "JOIN " + URINE_CONCEPTS + " ON cpt.itemid = e.itemid"
-UNIT_JOIN = "JOIN " + relation("careunit") + " cu(concept, careunit) ON cu.careunit = s.first_careunit"
+VITALS = VITAL_SIGNS  # the family: chartevents rows of reviewed vital-sign concepts, by ICU stay
+URINE = URINE_OUTPUT  # outputevents rows of the urine-output concepts, by ICU stay
+VITAL_CONCEPTS = VITALS.concepts
+VITAL_PRIMARY = VITALS.primary
+VITAL_JOIN = VITALS.join
+URINE_CONCEPTS = URINE.concepts
+URINE_PRIMARY = URINE.primary
+URINE_JOIN = URINE.join
+UNIT_JOIN = FIRST_CAREUNIT.join
 
 NUMBER = AnswerSpec("number")
 MEAN = AnswerSpec("number", rel_tol=1e-3, abs_tol=0.01, decimals=2)
 COUNT = AnswerSpec("integer")
 
-STAY_ITEM_SAMPLER = f"""
-SELECT e.subject_id, e.stay_id, p.itemid, cpt.concept AS label
-FROM mimiciv_icu.chartevents e
-{VITAL_JOIN}
-JOIN {VITAL_PRIMARY} ON p.concept = cpt.concept
-GROUP BY ALL
-HAVING count(*) >= 3
-"""
-
-CHART_EVIDENCE: dict[str, Any] = dict(
-    table="chartevents", join=VITAL_JOIN,
-    where="e.subject_id = {subject_id} AND e.stay_id = {stay_id} AND cpt.concept = {label}",
-    key=("stay_id", "itemid", "charttime"), time_col="charttime", value_col="valuenum", text_col="value",
-    unit_col="valueuom", item_col="itemid", item_param="itemid", window=ICU_WINDOW, store_col="storetime",
-)
-
-STAY_FILTER = """
-""" + VITAL_JOIN + """
-WHERE e.subject_id = {subject_id} AND e.stay_id = {stay_id}
-  AND cpt.concept = {label}"""
-
-STAY_PREMISE = Premise("itemid", "label", f"""
-SELECT p.itemid, p.concept FROM {VITAL_PRIMARY}
-WHERE p.concept NOT IN (
-    SELECT c2.concept FROM mimiciv_icu.chartevents e2 JOIN {relation("vital")} c2(concept, itemid) ON c2.itemid = e2.itemid
-    WHERE e2.stay_id = {{stay_id}})
-ORDER BY p.concept""")
+STAY_ITEM_SAMPLER = VITALS.entity_sampler(min_rows=3)
+CHART_EVIDENCE: dict[str, Any] = VITALS.evidence(join=VITAL_JOIN, where=VITALS.entity_where())
+STAY_FILTER = VITALS.entity_filter()
+STAY_PREMISE = Premise(*VITALS.missing_concept_premise("e2.stay_id = {stay_id}"))
 
 SINGLE = ("missing_evidence", "out_of_window", "conflicting_records", "implausible_value", "unit_mismatch",
           "missing_value", "encoding_corruption", "nonexistent_entity", "false_premise", "lexical_variation",
@@ -175,63 +155,24 @@ HAVING count(*) FILTER (WHERE e.valuenum > t.threshold) >= 1""",
             "How many mL of {label} were recorded for patient {subject_id} in ICU stay {stay_id}?",
             "Sum the {label} volumes charted for patient {subject_id} over ICU stay {stay_id} (mL).",
         ),
-        sampler_sql=f"""
-SELECT e.subject_id, e.stay_id, p.itemid, cpt.concept AS label
-FROM mimiciv_icu.outputevents e
-{URINE_JOIN}
-JOIN {URINE_PRIMARY} ON p.concept = cpt.concept
-GROUP BY ALL
-HAVING count(*) >= 2""",
-        gold_sql="""SELECT sum(e.value)
-FROM {outputevents} e
-""" + URINE_JOIN + """
-WHERE e.subject_id = {subject_id} AND e.stay_id = {stay_id}
-  AND cpt.concept = {label}""",
+        sampler_sql=URINE.entity_sampler(min_rows=2),
+        gold_sql="SELECT sum(e.value)\nFROM {outputevents} e" + URINE.entity_filter(),
         answer=NUMBER,
-        evidence=Evidence(table="outputevents", join=URINE_JOIN,
-                          where="e.subject_id = {subject_id} AND e.stay_id = {stay_id} AND cpt.concept = {label}",
-                          key=("stay_id", "itemid", "charttime"), time_col="charttime", value_col="value",
-                          unit_col="valueuom", item_col="itemid", item_param="itemid", window=ICU_WINDOW,
-                          store_col="storetime", focus="any", aggregate=True),
+        evidence=Evidence(**URINE.evidence(join=URINE_JOIN, where=URINE.entity_where()), focus="any", aggregate=True),
         noise=("duplicate_records", "out_of_window", "conflicting_records", "implausible_value", "missing_evidence",
                "nonexistent_entity", "false_premise", "lexical_variation", "out_of_scope"),
         entity_ref="stay_id", lexical="label",
-        premise=Premise("itemid", "label", f"""
-SELECT p.itemid, p.concept FROM {URINE_PRIMARY}
-WHERE p.concept NOT IN (
-    SELECT c2.concept FROM mimiciv_icu.outputevents e2 JOIN {relation("urine")} c2(concept, itemid) ON c2.itemid = e2.itemid
-    WHERE e2.stay_id = {{stay_id}})
-ORDER BY p.concept"""),
+        premise=Premise(*URINE.missing_concept_premise("e2.stay_id = {stay_id}")),
         description="total urine output of an ICU stay",
     ),
 )
 
 # ---------------------------------------------------------------- population level
 
-COHORT_SAMPLER = f"""
-SELECT extract(year FROM s.intime) AS year, cu.concept AS first_careunit, p.itemid, cpt.concept AS label
-FROM mimiciv_icu.icustays s
-{UNIT_JOIN}
-JOIN mimiciv_icu.chartevents e ON e.stay_id = s.stay_id
-{VITAL_JOIN}
-JOIN {VITAL_PRIMARY} ON p.concept = cpt.concept
-WHERE {NO_TEMPERATURE}
-GROUP BY ALL
-HAVING count(*) BETWEEN 3 AND 1500
-"""
-
-COHORT_EVIDENCE: dict[str, Any] = dict(
-    CHART_EVIDENCE,
-    join=VITAL_JOIN + " JOIN mimiciv_icu.icustays s ON s.stay_id = e.stay_id " + UNIT_JOIN,
-    where="cpt.concept = {label} AND cu.concept = {first_careunit} AND extract(year FROM s.intime) = {year}",
-)
-
-COHORT_FILTER = """
-JOIN mimiciv_icu.icustays s ON s.stay_id = e.stay_id
-""" + UNIT_JOIN + """
-""" + VITAL_JOIN + """
-WHERE cpt.concept = {label}
-  AND cu.concept = {first_careunit} AND extract(year FROM s.intime) = {year}"""
+COHORT_SAMPLER = VITALS.cohort_sampler(FIRST_CAREUNIT, "first_careunit", lo=3, hi=1500, where=NO_TEMPERATURE)
+COHORT_EVIDENCE: dict[str, Any] = VITALS.evidence(join=VITALS.cohort_join(FIRST_CAREUNIT),
+                                                  where=VITALS.cohort_where(FIRST_CAREUNIT, "first_careunit"))
+COHORT_FILTER = VITALS.cohort_filter(FIRST_CAREUNIT, "first_careunit")
 
 DB_SCOPE = "SELECT min(intime), max(outtime) FROM mimiciv_icu.icustays"
 
@@ -296,8 +237,7 @@ HAVING count(*) BETWEEN 3 AND 3000 AND count(*) FILTER (WHERE e.valuenum > t.thr
 )
 SELECT 100.0 * (SELECT count(*) FROM high) / (SELECT count(*) FROM stays)""",
         answer=MEAN,
-        evidence=Evidence(**{**COHORT_EVIDENCE, "join": VITAL_JOIN + " JOIN mimiciv_icu.icustays s ON s.stay_id = e.stay_id",
-                                "where": "cpt.concept = {label} AND extract(year FROM s.intime) = {year}"},
+        evidence=Evidence(**VITALS.evidence(join=VITALS.cohort_join(), where=VITALS.cohort_where()),
                           focus="min", aggregate=True),
         noise=("out_of_window", "conflicting_records", "implausible_value", "missing_evidence",
                "temporal_mismatch", "lexical_variation", "out_of_scope"),
@@ -330,12 +270,8 @@ HAVING count(*) BETWEEN 3 AND 3000""",
 )
 SELECT avg(total) FROM per_stay""",
         answer=MEAN,
-        evidence=Evidence(table="outputevents",
-                          join=URINE_JOIN + " JOIN mimiciv_icu.icustays s ON s.stay_id = e.stay_id",
-                          where="cpt.concept = {label} AND extract(year FROM s.intime) = {year}",
-                          key=("stay_id", "itemid", "charttime"), time_col="charttime", value_col="value",
-                          unit_col="valueuom", item_col="itemid", item_param="itemid", window=ICU_WINDOW,
-                          store_col="storetime", focus="any", aggregate=True),
+        evidence=Evidence(**URINE.evidence(join=URINE.cohort_join(), where=URINE.cohort_where()),
+                          focus="any", aggregate=True),
         noise=("duplicate_records", "out_of_window", "conflicting_records", "implausible_value", "missing_evidence",
                "temporal_mismatch", "lexical_variation", "out_of_scope"),
         lexical="label", time_window=TimeWindow(DB_SCOPE, year="year"),
