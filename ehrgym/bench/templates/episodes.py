@@ -1,13 +1,17 @@
-"""Patient-level templates over the course of an episode, each a definition from the MIMIC code
-repository's derived concepts (``mimic-iv/concepts``) or a standard trial outcome:
+"""Templates over the course of an episode, each a definition from the MIMIC code repository's
+derived concepts (``mimic-iv/concepts``) or a standard outcome measure:
 
 * peak norepinephrine-equivalent dose of concurrent vasopressor infusions
   (``medication/norepinephrine_equivalent_dose.sql``, Goradia et al. 2020);
 * ICU-free days at day 28 (a trial outcome: days alive and out of intensive care in the 28 days
   after hospital admission, 0 for a patient who dies within them);
-* days from discharge of the first admission coded with a condition to the next admission;
+* days from discharge of the first admission coded with a condition to the next admission, and
+  the 30-day all-cause readmission rate after admissions coded with a condition;
+* KDIGO creatinine acute kidney injury (``organfailure/kdigo_creatinine.sql``) without an acute
+  kidney injury diagnosis code (under-coding);
 * the number of SIRS criteria met on the first ICU day (``score/sirs.sql``: temperature, heart
-  rate, respiratory rate or PaCO2, white cell count or bands).
+  rate, respiratory rate or pCO2, white cell count or bands; the repository reads PaCO2 from
+  arterial gases, the gold here every blood gas, and the question says "blood-gas pCO2").
 
 All are tier 3 (multi-step time logic or a cohort-style definition over several items).
 Shared definitions come from ``concept_sql`` and ``ehrgym.bench.concepts``; the few constants here
@@ -188,7 +192,7 @@ SIRS_LAB_IDS = ints((*WBC_ITEMS, BANDS, PACO2))
 TEMP_CELSIUS = f"CASE WHEN e.itemid = {TEMP_C} THEN e.valuenum WHEN e.itemid = {TEMP_F} THEN (e.valuenum - 32) / 1.8 END"
 SIRS_CHART_BOUNDS = (0.0, 300.0)  # one range over heart rate, respiratory rate and both temperature units
 SIRS_WORDS = ("SIRS criteria (temperature > 38 °C or < 36 °C; heart rate > 90/min; respiratory rate > 20/min or "
-              "PaCO2 < 32 mmHg; white cell count > 12 or < 4 K/uL or bands > 10 %)")
+              "blood-gas pCO2 < 32 mmHg; white cell count > 12 or < 4 K/uL or bands > 10 %)")
 
 SIRS_SAMPLER = f"""SELECT s.subject_id, s.stay_id
 FROM mimiciv_icu.icustays s
@@ -293,8 +297,8 @@ register(
             "admission onwards.",
             "Patient {subject_id}, ICU stay {stay_id}: number of SIRS criteria (0-4) fulfilled on the first ICU day "
             "— temperature above 38 or below 36 °C (Fahrenheit charting converted), heart rate above 90, "
-            "respiratory rate above 20 or PaCO2 below 32 mmHg, white count above 12 or below 4 K/uL or bands above "
-            "10 % (labs from 6 hours before ICU admission).",
+            "respiratory rate above 20 or blood-gas pCO2 below 32 mmHg, white count above 12 or below 4 K/uL or "
+            "bands above 10 % (labs from 6 hours before ICU admission).",
             f"Scoring the {SIRS_WORDS} over the first 24 hours of ICU stay {{stay_id}} (labs drawn up to 6 hours "
             "before ICU admission count), how many criteria did patient {subject_id} meet?",
         ),
