@@ -29,6 +29,8 @@ TEMPLATE_MODULES: tuple[str, ...] = (
     "ehrgym.bench.templates.cohorts",
     "ehrgym.bench.templates.timing",
     "ehrgym.bench.templates.crossintent",
+    "ehrgym.bench.templates.episodes",
+    "ehrgym.bench.templates.comorbidity",
 )
 
 
