@@ -17,7 +17,8 @@ from ehrgym.bench.noise.cleaning import plain_relation
 from ehrgym.bench.noise import INJECTORS
 from ehrgym.bench.noise.lexicon import ALIAS_SHARE, CODES, LEXICON, aliases, is_misspelling, variants
 from ehrgym.bench.noise.query import counts
-from ehrgym.bench.noise.scope import FRAMES
+from ehrgym.bench.noise.scope import FRAMES, place_frames
+from ehrgym.bench.context import places_named, with_context
 from ehrgym.bench.noise.similar import group_of
 from ehrgym.bench.sqlrender import render_sql, render_text
 from ehrgym.bench.task import load_tasks_jsonl
@@ -191,15 +192,19 @@ def test_out_of_scope_twins_reuse_the_clean_question(built):
             if key in entity and any("{" + key + "}" in p for p in t.paraphrases):
                 assert str(entity[key]) in noisy.question, (clean.question, noisy.question)
         edit = noisy.noise.question_edit
+        context = clean.meta.get("context", "")
+        assert noisy.meta.get("context", "") == context  # both twins tell the same course
+        question = noisy.question.removesuffix(" " + context) if context else noisy.question
         if edit["param"]:  # the clean paraphrase with only the named thing swapped
             frame = t.paraphrases[clean.meta["paraphrase"]]
             pieces = [render_text(p, entity) for p in frame.split("{" + edit["param"] + "}")]
-            assert noisy.question.startswith(pieces[0]), (clean.question, noisy.question)
-            assert noisy.question.endswith(pieces[-1]), (clean.question, noisy.question)
-            assert all(p in noisy.question for p in pieces), (clean.question, noisy.question)
+            assert question.startswith(pieces[0]), (clean.question, noisy.question)
+            assert question.endswith(pieces[-1]), (clean.question, noisy.question)
+            assert all(p in question for p in pieces), (clean.question, noisy.question)
         else:
-            assert any(render_text(f, entity) == noisy.question for f in all_frames
-                       if set(re.findall(r"{(\w+)}", f)) <= set(entity))
+            frames = all_frames | {f.replace("{place}", p) for f, p in place_frames(places_named(context))}
+            assert any(render_text(f, entity) == question for f in frames
+                       if set(re.findall(r"{(\w+)}", f)) <= set(entity)), noisy.question
 
 
 # ---------------------------------------------------------------- temporal mismatch
@@ -313,15 +318,18 @@ def test_other_query_twins_keep_the_clean_frame(built):
         for clean, noisy in _pairs(built, sub):
             t = get_template(clean.template_id)
             frame = t.paraphrases[clean.meta["paraphrase"]]
-            assert clean.question == render_text(frame, _entity({**clean.meta["entity"],
-                                                                  **clean.meta.get("shown", {})}))
+            context = clean.meta.get("context", "")
+            assert noisy.meta.get("context", "") == context
+            assert clean.question == with_context(render_text(frame, _entity({**clean.meta["entity"],
+                                                                               **clean.meta.get("shown", {})})),
+                                                  context)
             params = _entity({**clean.meta["entity"], **noisy.meta.get("noisy_entity", {}),
                               **noisy.meta.get("shown", {})})
             if sub == "lexical_variation":
                 params[noisy.noise.question_edit["param"]] = noisy.noise.question_edit["to"]
             else:  # the twin names the concept the way its clean question does
                 assert noisy.meta.get("shown", {}).keys() == clean.meta.get("shown", {}).keys(), noisy.question
-            assert noisy.question == render_text(frame, params), (sub, noisy.question)
+            assert noisy.question == with_context(render_text(frame, params), context), (sub, noisy.question)
 
 
 def test_clean_questions_use_clinicians_aliases_too(built):
@@ -343,3 +351,81 @@ def test_clean_questions_use_clinicians_aliases_too(built):
     assert not is_misspelling("K", "serum potassium") and not is_misspelling("Lasix", "furosemide")
     assert is_misspelling("potasium", "serum potassium") and is_misspelling("hemoglobine", "hemoglobin")
     assert "potasium" not in aliases("serum potassium") and "Hgb" in aliases("Hemoglobin")
+
+
+# ---------------------------------------------------------------- the admission's course
+
+
+def test_context_sentences_are_true_of_the_admission(con):
+    """Every phrase maps to the code it describes; the sentence and its places follow the row."""
+    from ehrgym.bench.context import ARRIVAL, DEPARTURE, KIND, admission_row, context_sentence
+
+    rows = con.execute("SELECT hadm_id, admission_location, discharge_location, admission_type "
+                       "FROM mimiciv_hosp.admissions ORDER BY hadm_id LIMIT 300").fetchall()
+    said = 0
+    for hadm, arrival, departure, kind in rows:
+        row = admission_row(con, {"hadm_id": hadm})
+        assert row == (arrival, departure, kind)
+        for pick in (0, 17, 4099, 123457):
+            sentence, places = context_sentence(row, pick)
+            told = {p: place for table, code in ((ARRIVAL, arrival), (DEPARTURE, departure))
+                    for p, place in table.get(code or "", ())}
+            # every verb phrase of the sentence belongs to this admission's own codes
+            body = sentence.split(".")[0].removeprefix("The patient ") if sentence.startswith("The patient") else ""
+            for part in filter(None, body.split(" and ")):
+                assert part in told, (row, sentence)
+            assert set(places) == {place for p, place in told.items() if place and p in sentence}
+            for extra in KIND.values():
+                for s in extra:
+                    assert s not in sentence or s in KIND.get(kind or "", ()), (row, sentence)
+            assert places_named(sentence) == places
+            said += bool(sentence)
+    assert said >= 600  # most admissions have a course to tell
+    assert context_sentence(("TRANSFER FROM HOSPITAL", "DIED", "EW EMER."), 0) == (
+        "The patient was transferred from an outside hospital.", ("outside hospital",))
+    assert context_sentence(None, 0) == ("", ())
+
+
+def test_every_eligible_question_tells_its_course_and_both_twins_tell_the_same(built, con):
+    from ehrgym.bench.context import ARRIVAL, DEPARTURE, admission_row, eligible
+
+    clean = {t.pair_id: t for t in built if t.variant == "clean"}
+    told = 0
+    for t in built:
+        context = t.meta.get("context", "")
+        assert context == clean[t.pair_id].meta.get("context", "")  # whatever the noise
+        template = get_template(t.template_id)
+        if not eligible(template, t.meta["entity"]):
+            assert not context, t.question  # e.g. a question about the discharge location itself
+            continue
+        if t.variant == "clean":
+            arrival, departure, _ = admission_row(con, t.meta["entity"])
+            phrases = [p for p, _ in ARRIVAL.get(arrival or "", ()) + DEPARTURE.get(departure or "", ())]
+            assert bool(phrases) <= bool(context), t.question  # a course to tell is told
+            assert all(p in phrases for p in context.split(".")[0].removeprefix("The patient ").split(" and ")
+                       if context.startswith("The patient ")), (context, arrival, departure)
+        assert t.question.endswith(context)
+        told += bool(context)
+    assert told >= 300
+
+
+def test_out_of_scope_twins_ask_about_the_place_their_context_names(built):
+    """Where the course names a place this database holds nothing from, the out-of-scope twin asks
+    about that place in the same words: no word of the swap is missing from the clean twin."""
+    from ehrgym.bench.noise.scope import LINKED_PLACES, slot_kind
+
+    linked = 0
+    for clean, noisy in _pairs(built, "out_of_scope"):
+        places = places_named(clean.meta.get("context", ""))
+        t = get_template(clean.template_id)
+        kind = slot_kind(t.lexical, t.evidence.table) if t.lexical else None
+        usable = [p for p in places if kind is None or p in LINKED_PLACES.get(kind, ())]
+        if not usable:
+            continue
+        asked = noisy.question.removesuffix(" " + clean.meta["context"])
+        assert any(p in asked for p in usable), (clean.question, noisy.question)
+        extra = set(re.findall(r"[a-z]+", asked.lower())) - set(re.findall(r"[a-z]+", clean.question.lower()))
+        if noisy.noise.question_edit["param"]:
+            assert not extra - {"at", "the", "measured", "given", "done", "diagnosed", "recorded", "by"}, extra
+        linked += 1
+    assert linked >= 10

@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from ehrgym.bench.answers import NotComparable, answers_match, format_answer, gold_from_rows
 from ehrgym.bench.complexity import sql_complexity, sql_tables
+from ehrgym.bench.context import admission_row, context_sentence, eligible, with_context
 from ehrgym.bench.configs import LEXICAL, MARKED_SUBTYPES, QUERY_ABSTAIN, BuildConfig, balanced_subtypes, plan_quotas
 from ehrgym.bench.noise import INJECTORS, InjectContext, Injection
 from ehrgym.bench.noise.cleaning import plain_relation, relation
@@ -116,6 +117,7 @@ class Builder:
         self.candidates: dict[str, list[Candidate]] = {}
         self.used: dict[str, set[int]] = defaultdict(set)
         self.clean_cache: dict[tuple[str, int], tuple[Any, str] | None] = {}
+        self.context_rows: dict[tuple[str, Any], Any] = {}  # (entity column, id) -> admissions row
         self.max_ids: dict[tuple[Any, ...], Any] = {}
         self._ineligible: dict[str, Counter] = {}
         self.clean_problem: dict[tuple[str, int], str] = {}
@@ -210,8 +212,9 @@ class Builder:
         shown = shown_params(t, c.params, self._display_draw(t, c))
         with _Clock(self.stats, "verification"):
             self.verifier.clean()
+            context, places = self._context(t, c)
             ctx = InjectContext(self.verifier.con, t, dict(c.params), clean_value, rng, max_ids=self.max_ids,
-                               paraphrase=paraphrase, shown=shown)
+                               paraphrase=paraphrase, shown=shown, places=places)
             try:
                 inj = INJECTORS[subtype].inject(ctx)
             except Exception as exc:  # noqa: BLE001
@@ -233,24 +236,26 @@ class Builder:
             self.stats.discard(subtype, outcome.reason or "unknown")
             return None
         return self._draft(t, subtype, c, clean_value, clean_sql, paraphrase, inj, naive_sql, robust_sql,
-                           outcome.naive_value, outcome.margin)
+                           outcome.naive_value, outcome.margin, context)
 
     def _draft(self, t: Template, subtype: str, c: Candidate, clean_value: Any, clean_sql: str, paraphrase: int,
                inj: Injection, naive_sql: str, robust_sql: str | None, trap_value: Any,
-               trap_margin: float | None = None) -> Draft:
+               trap_margin: float | None = None, context: str = "") -> Draft:
         entity = {k: json_value(v) for k, v in sorted(c.params.items())}
         draw = self._display_draw(t, c)
         shown = shown_params(t, c.params, draw)
-        question = render_text(t.paraphrases[paraphrase], {**c.params, **shown})
+        question = with_context(render_text(t.paraphrases[paraphrase], {**c.params, **shown}), context)
         noisy_params = inj.params or c.params
         noisy_shown = shown
         if t.lexical and noisy_params.get(t.lexical) != c.params.get(t.lexical):
             # a lexical twin shows its own form; a false premise names the other concept the same way
             noisy_shown = {} if subtype == "lexical_variation" else shown_params(t, noisy_params, draw)
-        noisy_question = inj.question or render_text(t.paraphrases[paraphrase], {**noisy_params, **noisy_shown})
+        noisy_question = with_context(inj.question or render_text(t.paraphrases[paraphrase],
+                                                                  {**noisy_params, **noisy_shown}), context)
         subjects = [int(c.params["subject_id"])] if t.level == "patient" and "subject_id" in c.params else []
         base_meta = {"answer_type": t.answer.type, "subject_ids": subjects, "entity": entity,
-                     "paraphrase": paraphrase, "template_description": t.description, "tier": t.tier}
+                     "paraphrase": paraphrase, "template_description": t.description, "tier": t.tier,
+                     **({"context": context} if context else {})}
         clean = {"question": question, "gold_sql": clean_sql, "naive_sql": clean_sql,
                  "expected": Expected("answer", t.answer, clean_value),
                  "meta": {**base_meta, "evidence_sql": evidence_sql(t, c.params),
@@ -268,6 +273,17 @@ class Builder:
         noise = {"question": noisy_question, "gold_sql": gold_sql, "naive_sql": naive_sql, "expected": expected,
                  "noise": inj.noise, "meta": noise_meta}
         return Draft(t, subtype, dict(c.params), clean, noise)
+
+    def _context(self, t: Template, c: Candidate) -> tuple[str, tuple[str, ...]]:
+        """Per entity, whatever the noise: the admission's course the questions mention, if any
+        (:mod:`ehrgym.bench.context`); read from the clean database."""
+        if not eligible(t, c.params):
+            return "", ()
+        pick = int(np.random.default_rng([self.seed, _stable_int(t.id, "context"), c.index]).integers(0, 1 << 30))
+        key = ("hadm_id", c.params["hadm_id"]) if "hadm_id" in c.params else ("stay_id", c.params["stay_id"])
+        if key not in self.context_rows:
+            self.context_rows[key] = admission_row(self.verifier.con, c.params)
+        return context_sentence(self.context_rows[key], pick)
 
     def _display_draw(self, t: Template, c: Candidate) -> tuple[float, int]:
         """Per entity, whatever the noise: whether and which alias its questions name the concept by."""

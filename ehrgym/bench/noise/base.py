@@ -58,6 +58,7 @@ class InjectContext:
     max_ids: dict[tuple[Any, ...], Any] = field(default_factory=dict)  # id facts cached across contexts
     paraphrase: int = 0  # index of the paraphrase both twins are written in
     shown: dict[str, str] = field(default_factory=dict)  # parameter -> the alias the clean question shows
+    places: tuple[str, ...] = ()  # places outside the record the question's context names (bench.context)
 
     @property
     def evidence(self):

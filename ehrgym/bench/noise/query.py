@@ -30,7 +30,7 @@ from ehrgym.bench.answers import gold_from_rows
 from ehrgym.bench.noise.base import InjectContext, Injection, Injector, register_injector
 from ehrgym.bench.noise.cleaning import plain_relation
 from ehrgym.bench.noise.lexicon import aliases, variants
-from ehrgym.bench.noise.scope import FRAMES, ends_clause, slot_kind, swap_phrases
+from ehrgym.bench.noise.scope import FRAMES, ends_clause, linked_phrases, place_frames, slot_kind, swap_phrases
 from ehrgym.bench.noise.similar import group_of
 from ehrgym.bench.noise.teaching import TeachingCard
 from ehrgym.bench.noise.values import parse_stamp
@@ -362,14 +362,18 @@ class OutOfScope(Injector):
             assert kind is not None and t.lexical is not None
             frame = t.paraphrases[ctx.paraphrase] if t.paraphrases[ctx.paraphrase] in frames else frames[0]
             shown = ctx.shown.get(t.lexical, str(ctx.params[t.lexical]))  # as the clean twin names it
-            phrases = swap_phrases(kind, shown, ends_clause(frame, t.lexical))
+            at_end = ends_clause(frame, t.lexical)
+            # the places the question's context names first (its own words), else the pools
+            phrases = linked_phrases(kind, shown, at_end, ctx.places) or swap_phrases(kind, shown, at_end)
             phrase = phrases[int(ctx.rng.integers(0, len(phrases)))]
             question = render_text(frame, {**ctx.params, t.lexical: phrase})
             desc = f"asks for the {phrase!r}, which no table holds"
         else:
             # about the entity the clean question names (not e.g. the admission of a question about a stay)
             named = set(placeholders(t.paraphrases[ctx.paraphrase])) & set(ctx.params)
-            own = [q for q in FRAMES.get((t.intent, t.level), ()) if set(placeholders(q)) <= named]
+            linked = [q for q in (f.replace("{place}", p) for f, p in place_frames(ctx.places))
+                      if set(placeholders(q)) <= named]
+            own = linked or [q for q in FRAMES.get((t.intent, t.level), ()) if set(placeholders(q)) <= named]
             anywhere = [q for (_, level), qs in sorted(FRAMES.items()) if level == t.level for q in qs
                         if set(placeholders(q)) <= named]
             usable = own or anywhere

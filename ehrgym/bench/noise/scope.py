@@ -223,3 +223,74 @@ FRAMES: dict[tuple[str, str], tuple[str, ...]] = {
         "Which organism did physicians suspect most often in admissions that began in {year}?",
     ),
 }
+
+
+# ---------------------------------------------------------------- the places the question's context names
+
+# A patient question may carry its admission's course (:mod:`ehrgym.bench.context`: "The patient
+# was transferred from an outside hospital and was discharged to a skilled nursing facility."),
+# and both twins show it. Where it names a place this database holds no data from, the
+# out-of-scope twin asks about that place in the context's own words ("the outside hospital
+# potassium", "the home heart rate", "furosemide at the skilled nursing facility"): a text-only
+# reader then finds every word of the swap in the clean twin as well. Reviewed per kind: nothing
+# measured or given at another hospital, a nursing or rehab facility, home or hospice is in
+# MIMIC-IV's hosp or icu module. Labs and specimens take no "home" (a home-health draw may be
+# resulted by the hospital's own lab, which labevents holds as an outpatient result).
+HOSPITALS = ("outside hospital", "referring hospital", "transferring hospital", "long-term acute care hospital")
+FACILITIES = ("skilled nursing facility", "nursing home", "rehab facility", "hospice")
+LINKED_PLACES: dict[str, tuple[str, ...]] = {
+    "lab": HOSPITALS + FACILITIES, "specimen": HOSPITALS + FACILITIES, "organism": HOSPITALS + FACILITIES,
+    "vital": HOSPITALS + FACILITIES + ("home",), "output": HOSPITALS + FACILITIES + ("home",),
+    "drip": HOSPITALS + FACILITIES, "drug": HOSPITALS + FACILITIES + ("home",),
+    "antibiotic": HOSPITALS + FACILITIES + ("home",), "diagnosis": HOSPITALS + FACILITIES,
+    "procedure": HOSPITALS + FACILITIES,
+}
+LINKED_POST: dict[str, tuple[str, ...]] = {
+    "diagnosis": ("{x} diagnosed at the {p}", "{x} recorded by the {p}"),
+    "procedure": ("{x} done at the {p}",),
+    "drug": ("{x} given at the {p}",), "antibiotic": ("{x} given at the {p}",),
+    "lab": ("{x} measured at the {p}",), "vital": ("{x} measured at the {p}",),
+}
+
+
+def linked_phrases(kind: str, name: str, at_clause_end: bool, places: tuple[str, ...]) -> list[str]:
+    """Unrecordable phrases about ``name`` at the places the question's context names (empty: none
+    fits this kind)."""
+    usable = [p for p in places if p in LINKED_PLACES.get(kind, ())]
+    out = [f"{p} {name}" for p in usable]
+    if at_clause_end:
+        out += [f.format(x=name, p=p).replace("at the home", "at home").replace("by the home", "at home")
+                for p in usable for f in LINKED_POST.get(kind, ())]
+    return out
+
+
+# questions for templates without a name, about the place the context names ({place} as it names it)
+PLACE_FRAMES: dict[str, tuple[str, ...]] = {
+    "patient": (
+        "How many days did patient {subject_id} spend at the {place} around admission {hadm_id}?",
+        "What did the {place} record about patient {subject_id} around admission {hadm_id}?",
+        "Which diagnoses did the {place} give patient {subject_id} around admission {hadm_id}?",
+        "Which medications did patient {subject_id} get at the {place} around admission {hadm_id}?",
+        "How many days did patient {subject_id} spend at the {place} around ICU stay {stay_id}?",
+        "What did the {place} record about patient {subject_id} around ICU stay {stay_id}?",
+    ),
+}
+HOME_FRAMES: tuple[str, ...] = (
+    "What was patient {subject_id}'s blood pressure at home after admission {hadm_id}?",
+    "How well did patient {subject_id} manage at home after admission {hadm_id}?",
+    "How many days after admission {hadm_id} did patient {subject_id} need help at home?",
+    "What was patient {subject_id}'s blood pressure at home after ICU stay {stay_id}?",
+    "How many days after ICU stay {stay_id} did patient {subject_id} need help at home?",
+    "What was patient {subject_id}'s heart rate at home around ICU stay {stay_id}?",
+    "Which medications did patient {subject_id} take at home around admission {hadm_id}?",
+    "Which medications did patient {subject_id} take at home around ICU stay {stay_id}?",
+)
+
+
+def place_frames(places: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(question format, place) for the places a context names."""
+    out = []
+    for p in places:
+        frames = HOME_FRAMES if p == "home" else PLACE_FRAMES["patient"]
+        out += [(f, p) for f in frames]
+    return out

@@ -1,0 +1,111 @@
+"""How the admission came and went, as a clinician mentions it: true context for patient questions.
+
+Clinicians introduce a case by its course ("transferred from an outside hospital, discharged to
+a skilled nursing facility", "a planned admission"). MIMIC-IV records that course in
+``admissions`` (``admission_location``, ``discharge_location``, ``admission_type``), so a question
+about a patient's admission or ICU stay may carry one sentence of it. Every sentence is read from
+the admission's own row and is true of it; it does not change what the question asks (the gold
+SQL is the same with or without it).
+
+Every eligible question carries it; its wording is drawn per entity, whatever the noise, and
+both twins of a pair show the same sentence. It matters for validity: out-of-scope twins ask for data from the places
+and times this vocabulary names (the referring hospital, home, the nursing facility, after
+discharge — :mod:`ehrgym.bench.noise.scope`), and real clean questions use the same words for what
+the record does hold. Without it, those words occurred only in out-of-scope twins and a text-only
+probe recognised them (`paper` build: out of scope 0.89, query level 0.65).
+
+Templates whose answer reads one of these columns get no context (it would give the answer away).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+CONTEXT_COLUMNS = ("admission_location", "discharge_location", "admission_type")
+
+# MIMIC-IV codes -> (verb phrase of "The patient ...", the place it names or None); each phrase is
+# true of its code (reviewed). A named place is somewhere this database holds no data from (another
+# hospital, a nursing or rehab facility, home, hospice): out-of-scope twins ask about it.
+Phrase = tuple[str, str | None]
+ARRIVAL: dict[str, tuple[Phrase, ...]] = {
+    "TRANSFER FROM HOSPITAL": (("was transferred from an outside hospital", "outside hospital"),
+                               ("came as a transfer from a referring hospital", "referring hospital"),
+                               ("was sent by the transferring hospital", "transferring hospital")),
+    "TRANSFER FROM SKILLED NURSING FACILITY": (("came from a skilled nursing facility", "skilled nursing facility"),
+                                               ("was transferred from a nursing home", "nursing home")),
+    "PHYSICIAN REFERRAL": (("was referred by a physician", None), ("came on a physician referral", None)),
+    "CLINIC REFERRAL": (("was referred from an outpatient clinic", None), ("came on a clinic referral", None)),
+    "WALK-IN/SELF REFERRAL": (("walked in (self-referral)", None),),
+    "EMERGENCY ROOM": (("came in through the emergency room", None), ("was admitted from the emergency room", None)),
+}
+DEPARTURE: dict[str, tuple[Phrase, ...]] = {
+    "HOME": (("was discharged home", "home"), ("went home after discharge", "home")),
+    "HOME HEALTH CARE": (("was discharged home with home health care", "home"),
+                         ("went home with home care services", "home")),
+    "SKILLED NURSING FACILITY": (("was discharged to a skilled nursing facility", "skilled nursing facility"),
+                                 ("went to a skilled nursing facility after discharge", "skilled nursing facility")),
+    "REHAB": (("was discharged to a rehab facility", "rehab facility"),
+              ("went to a rehab facility after discharge", "rehab facility")),
+    "HOSPICE": (("was discharged to hospice", "hospice"),),
+    "CHRONIC/LONG TERM ACUTE CARE": (("was discharged to a long-term acute care hospital",
+                                      "long-term acute care hospital"),),
+    "AGAINST ADVICE": (("left against medical advice", None),),
+}
+KIND: dict[str, tuple[str, ...]] = {
+    "ELECTIVE": ("It was a planned (elective) admission.", "The admission was planned."),
+    "SURGICAL SAME DAY ADMISSION": ("It was a planned same-day surgical admission.",),
+    "URGENT": ("It was an urgent admission.",),
+}
+
+
+def eligible(template: Any, params: dict[str, Any]) -> bool:
+    """A patient-level question naming an admission or ICU stay whose answer reads none of the
+    context columns (nothing it says may give the answer away)."""
+    if template.level != "patient" or not ({"hadm_id", "stay_id"} & set(params)):
+        return False
+    text = (template.gold_sql + " " + template.sampler_sql).lower()
+    return not any(c in text for c in CONTEXT_COLUMNS)
+
+
+def admission_row(con: Any, params: dict[str, Any]) -> tuple[str | None, str | None, str | None] | None:
+    """(admission_location, discharge_location, admission_type) of the entity's admission."""
+    if "hadm_id" in params:
+        where = f"a.hadm_id = {int(params['hadm_id'])}"
+        source = "mimiciv_hosp.admissions a"
+    else:
+        where = f"i.stay_id = {int(params['stay_id'])}"
+        source = "mimiciv_icu.icustays i JOIN mimiciv_hosp.admissions a ON a.hadm_id = i.hadm_id"
+    rows = con.execute(f"SELECT a.admission_location, a.discharge_location, a.admission_type "
+                       f"FROM {source} WHERE {where} LIMIT 1").fetchall()
+    return (rows[0][0], rows[0][1], rows[0][2]) if rows else None
+
+
+def context_sentence(row: tuple[str | None, str | None, str | None] | None,
+                     pick: int) -> tuple[str, tuple[str, ...]]:
+    """The sentence (``""`` if the row has nothing to say) and the places it names, for an
+    admission row and a per-entity draw ``pick``."""
+    if row is None:
+        return "", ()
+    arrival, departure, kind = (ARRIVAL.get(row[0] or "", ()), DEPARTURE.get(row[1] or "", ()),
+                                KIND.get(row[2] or "", ()))
+    chosen = [p for p in (arrival[pick % len(arrival)] if arrival else None,
+                          departure[(pick >> 4) % len(departure)] if departure else None) if p]
+    parts = []
+    if chosen:
+        parts.append("The patient " + " and ".join(p for p, _ in chosen) + ".")
+    if kind and (pick >> 12) % 2 == 0:
+        parts.append(kind[(pick >> 14) % len(kind)])
+    return " ".join(parts), tuple(place for _, place in chosen if place)
+
+
+def with_context(question: str, sentence: str) -> str:
+    return f"{question} {sentence}" if sentence else question
+
+
+def places_named(sentence: str) -> tuple[str, ...]:
+    """The places a context sentence names (as :func:`context_sentence` returns them)."""
+    found = []
+    for table in (ARRIVAL, DEPARTURE):
+        for phrases in table.values():
+            found += [place for phrase, place in phrases if place and f" {phrase}" in f" {sentence}"]
+    return tuple(dict.fromkeys(found))
