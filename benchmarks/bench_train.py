@@ -41,6 +41,15 @@ def _ensure_data(args: argparse.Namespace) -> tuple[Path, Path]:
     return db, bench
 
 
+def reply_lengths(model: str, data: Path) -> list[int]:
+    """Sorted token counts of the exported data's assistant turns, in the model's own tokenizer."""
+    from transformers import AutoTokenizer
+
+    from ehrgym.train.data import assistant_turn_tokens, read_examples
+
+    return sorted(assistant_turn_tokens(read_examples(data), AutoTokenizer.from_pretrained(model)))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", type=Path, default=Path("data/bench-train"))
@@ -61,6 +70,8 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=1)
     ap.add_argument("--env-steps", type=int, default=None, help="episode step limit (8; quick: 2)")
     ap.add_argument("--max-tokens", type=int, default=None, help="tokens per reply (256; quick: 16)")
+    ap.add_argument("--allow-cut-replies", action="store_true",
+                    help="evaluate even when --max-tokens is below most of the trained replies (they come out cut)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args()
@@ -87,6 +98,14 @@ def main() -> None:
     data, stats = nb.export(runs, args.work, "text", args.max_chars, only_success=True)
     print(stats.render())
     timings["data_s"] = time.perf_counter() - start
+    replies = reply_lengths(model, data)
+    print(f"assistant turns: {len(replies)}, tokens median {replies[len(replies) // 2]}, "
+          f"90th percentile {replies[int(0.9 * (len(replies) - 1))]}, max {replies[-1]}")
+    if replies and args.max_tokens < replies[int(0.9 * (len(replies) - 1))] and not args.allow_cut_replies:
+        raise SystemExit(f"--max-tokens {args.max_tokens} is below the 90th percentile of the trained replies "
+                         f"({replies[int(0.9 * (len(replies) - 1))]} tokens): the tuned model's actions would be cut "
+                         "before their closing fence and read as no action. Raise --max-tokens (or pass "
+                         "--allow-cut-replies).")
 
     def evaluate(which: str, path: str) -> Path:
         start = time.perf_counter()
@@ -102,14 +121,16 @@ def main() -> None:
                                  trl={"max_steps": args.sft_steps, "max_length": args.max_length,
                                       "learning_rate": args.lr, "per_device_train_batch_size": 1}))
     timings["sft_s"] = time.perf_counter() - start
-    print(f"SFT: {result.steps} steps, loss {result.losses[0]:.3f} → {result.losses[-1]:.3f}")
+    print(f"SFT: {result.steps} steps, loss {result.losses[0]:.3f} → {result.losses[-1]:.3f}; "
+          f"what the loss saw: {result.coverage}")
     after = evaluate("after", str(tuned))
 
     table = nb.before_after(before, after, args.seed)
     print(table.to_string(index=False))
     nb.plot(table, args.work / "bench_train.png")
     report = {"model": model, "sft_model": str(tuned), "dev_pairs": args.dev_pairs, "k": args.k,
-              "sft_steps": result.steps, "sft_losses": result.losses, "data": stats.to_dict(),
+              "sft_steps": result.steps, "sft_losses": result.losses,
+              "sft_coverage": result.coverage, "max_length": args.max_length, "max_tokens": args.max_tokens, "data": stats.to_dict(),
               "timings": {k: round(v, 1) for k, v in timings.items()},
               "total_s": round(time.perf_counter() - t0, 1),
               "clean_vs_noise": json.loads(table.to_json(orient="records"))}

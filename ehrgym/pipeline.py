@@ -431,7 +431,7 @@ def run_agents(db_path: str | Path, bench_dir: str | Path, runs_dir: str | Path,
                progress: bool = True) -> list[Any]:
     """Run (or resume) every agent on the benchmark; returns one ``RunSummary`` per agent.
 
-    ``split`` keeps the tasks of one split (train/dev/test/ood), ``limit_pairs`` the first N pairs.
+    ``split`` keeps the tasks of one split (train/dev/test/ood), ``limit_pairs`` N pairs spread over intents and subtypes.
     Scripted agents take no options; ``chat`` gets ``model``/``base_url`` (it also reads
     ``EHRGYM_MODEL``/``OPENAI_BASE_URL`` itself)."""
     from ehrgym.eval.runner import run_evaluation
@@ -559,7 +559,7 @@ def _describe(name: str, cfg: PipelineConfig) -> str:
         "01_build_benchmark": f"benchmark (config {cfg.config}, seed {cfg.seed}) → {_rel(cfg.bench_dir)}",
         "02_run_evaluation": f"agents {', '.join(cfg.agent_list)} × k={cfg.k} on "
                              f"{f'the {cfg.split} split' if cfg.split else 'every task'}"
-                             f"{f' (first {cfg.limit_pairs} pairs)' if cfg.limit_pairs else ''}, {cfg.workers} workers → "
+                             f"{f' ({cfg.limit_pairs} pairs)' if cfg.limit_pairs else ''}, {cfg.workers} workers → "
                              f"{_rel(cfg.runs_dir)}",
         "03_robustness_analysis": f"report → {_rel(Path(cfg.tables).resolve())}/, "
                                   f"{_rel(Path(cfg.figures).resolve())}/",
@@ -664,7 +664,7 @@ def _cli() -> Any:
     @click.option("--split", default=DEFAULT_SPLIT, show_default=True,
                   type=click.Choice(["train", "dev", "test", "ood", "all"]),
                   help="the split the agents are evaluated on (all: every task)")
-    @click.option("--limit-pairs", type=int, default=None, help="evaluate only the first N pairs")
+    @click.option("--limit-pairs", type=int, default=None, help="evaluate only N pairs, spread over intents and noise subtypes")
     @click.option("--n-boot", type=click.IntRange(min=0), default=1000, show_default=True)
     @click.option("--force", is_flag=True, default=False, help="rebuild the database and the benchmark")
     @click.option("--no-progress", is_flag=True, default=False)

@@ -105,11 +105,28 @@ def test_malformed_episode_record_is_a_results_error_naming_the_missing_fields()
         EpisodeRecord.from_dict({"trial": 0})
 
 
-def test_select_tasks_limits_pairs_in_order_of_first_appearance():
+def test_limit_pairs_spreads_over_intents_and_subtypes_in_a_fixed_order():
     from types import SimpleNamespace
 
     from ehrgym.eval.runner import select_tasks
 
-    tasks = [SimpleNamespace(task_id=f"t{i}", pair_id=f"p{i // 2}") for i in range(20_000)]
-    kept = select_tasks(tasks[::-1], limit_pairs=3)
-    assert [t.pair_id for t in kept] == ["p9999", "p9999", "p9998", "p9998", "p9997", "p9997"]
+    # template-id order puts every "diagnoses" pair first: a small limit must still reach every intent and subtype
+    tasks = []
+    for intent in ("diagnoses", "labs", "vitals"):
+        for subtype in ("missing_value", "nonexistent_entity"):
+            for i in range(50):
+                pair = f"{intent}.t:{subtype}:{i}"
+                tasks += [SimpleNamespace(task_id=f"{pair}:clean", pair_id=pair, intent=intent, noise=None),
+                          SimpleNamespace(task_id=f"{pair}:noise", pair_id=pair, intent=intent,
+                                          noise=SimpleNamespace(subtype=subtype))]
+    kept = select_tasks(tasks, limit_pairs=6)
+    pairs = list(dict.fromkeys(t.pair_id for t in kept))
+    assert len(pairs) == 6 and len(kept) == 12
+    assert {(p.split(".")[0], p.split(":")[1]) for p in pairs} == {(i, s) for i in ("diagnoses", "labs", "vitals")
+                                                                   for s in ("missing_value", "nonexistent_entity")}
+    # the order of the input does not matter, and a larger limit extends a smaller one
+    assert {t.task_id for t in select_tasks(tasks[::-1], limit_pairs=6)} == {t.task_id for t in kept}
+    assert {t.task_id for t in kept} < {t.task_id for t in select_tasks(tasks, limit_pairs=20)}
+    # within a group the order is hashed, not the pair ids' own (which would take pairs 0, 1, 2, ... of a template)
+    eight = {p.split(":")[2] for p in dict.fromkeys(t.pair_id for t in select_tasks(tasks, limit_pairs=48))}
+    assert eight != {str(i) for i in range(8)}

@@ -293,9 +293,26 @@ def test_one_sft_step_writes_a_model_the_hf_agent_loads(train_run: Path, tiny_di
                                  trl={"max_steps": 1, "per_device_train_batch_size": 1, "max_length": 4096}))
     assert result.steps == 1 and len(result.losses) == 1 and math.isfinite(result.losses[0])
     assert result.losses[0] > 0
+    assert result.coverage["kept"] == 1 and result.coverage["truncated"] == 0 and result.coverage["loss_tokens"] > 0
     assert json.loads((out / "ehrgym_train.json").read_text())["stage"] == "sft"
     agent = make_agent("hf", model=str(out), max_tokens=4)
     assert agent.tokenizer.chat_template
+
+
+def test_loss_coverage_warns_when_most_examples_are_cut_at_max_length() -> None:
+    from datasets import Dataset
+
+    from ehrgym.train.sft import coverage_warning, loss_coverage
+
+    # what TRL leaves after preparation: two examples cut at max_length=4, one whole; one dropped entirely
+    prepared = Dataset.from_list([{"input_ids": [1, 2, 3, 4], "labels": [-100, -100, -100, 7]},
+                                  {"input_ids": [1, 2, 3, 4], "labels": [-100, -100, 5, 6]},
+                                  {"input_ids": [1, 2], "labels": [-100, 9]}])
+    coverage = loss_coverage(prepared, examples=4, max_length=4)
+    assert coverage == {"examples": 4, "kept": 3, "truncated": 2, "tokens": 10, "loss_tokens": 4}
+    warning = coverage_warning(coverage, 4)
+    assert warning is not None and "2 of 3" in warning and "1 more dropped" in warning
+    assert coverage_warning(loss_coverage(prepared, examples=3, max_length=8), 8) is None
 
 
 class _Force(transformers.LogitsProcessor):

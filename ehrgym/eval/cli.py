@@ -50,7 +50,8 @@ def group() -> None:
 @click.option("--split", default=None, help="only tasks of this split (train/dev/test/ood)")
 @click.option("--intent", default=None, help="only tasks of this intent")
 @click.option("--variant", default=None, type=click.Choice(["clean", "noise"]), help="only this variant")
-@click.option("--limit-pairs", type=int, default=None, help="only the first N Clean–Noise pairs")
+@click.option("--limit-pairs", type=int, default=None, help="only N Clean–Noise pairs, spread over intents and noise subtypes "
+              "(a fixed order: a larger N extends a smaller one)")
 @click.option("--max-steps", type=int, default=None, help="episode step limit (environment default otherwise)")
 @click.option("--time-limit", type=float, default=None, help="episode wall-clock limit in seconds")
 @click.option("--seed", type=int, default=0, show_default=True, help="run seed (per-episode seeds derive from it)")

@@ -27,7 +27,7 @@ import multiprocessing.util
 import threading
 import time
 import traceback
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -299,8 +299,31 @@ def _process_chunk(items: list[tuple[Any, int]]) -> list[Encoded]:
 # ---------------------------------------------------------------------------------------------
 # planning
 # ---------------------------------------------------------------------------------------------
+def spread_pair_order(tasks: Sequence[Any]) -> list[str]:
+    """The pair ids of ``tasks`` in the order ``limit_pairs`` takes them: round robin over (intent, noise subtype)
+    groups, each group in a fixed hashed order. Any prefix spreads over intents and subtypes (the benchmark's own
+    order — template ids — would fill a small limit with one intent), it does not depend on the order the tasks
+    come in, and a longer limit extends a shorter one (a resumed run with a larger limit keeps what it ran)."""
+    group_of: dict[str, tuple[str, str]] = {}
+    for t in tasks:
+        noise = getattr(t, "noise", None)
+        subtype = str(getattr(noise, "subtype", "") or "") if noise is not None else ""
+        key = (str(getattr(t, "intent", "") or ""), subtype)
+        group_of[t.pair_id] = max(group_of.get(t.pair_id, key), key)  # the pair's noisy twin names its subtype
+    groups: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for pair, key in group_of.items():
+        groups[key].append(pair)
+    queues = [sorted(pairs, key=lambda p: (hashlib.sha256(str(p).encode()).hexdigest(), str(p)))
+              for _, pairs in sorted(groups.items())]
+    order: list[str] = []
+    for rank in range(max((len(q) for q in queues), default=0)):
+        order += [q[rank] for q in queues if rank < len(q)]
+    return order
+
+
 def select_tasks(tasks: Sequence[Any], task_filter: TaskFilter = None, limit_pairs: int | None = None) -> list[Any]:
-    """Tasks kept by ``task_filter`` (ids, predicate or ``{field: value | [values]}``), first ``limit_pairs`` pairs."""
+    """Tasks kept by ``task_filter`` (ids, predicate or ``{field: value | [values]}``); with ``limit_pairs``, the
+    first N pairs of :func:`spread_pair_order` (spread over intents and noise subtypes)."""
     if task_filter is None:
         kept = list(tasks)
     elif callable(task_filter):
@@ -323,8 +346,7 @@ def select_tasks(tasks: Sequence[Any], task_filter: TaskFilter = None, limit_pai
             raise BenchmarkError(f"unknown task ids {sorted(unknown)[:5]}; list ids with `ehrgym bench show`")
         kept = [t for t in tasks if t.task_id in ids]
     if limit_pairs is not None:
-        first_pairs = list(dict.fromkeys(t.pair_id for t in kept))  # pair ids in order of first appearance
-        allowed = set(first_pairs[:limit_pairs])
+        allowed = set(spread_pair_order(kept)[:limit_pairs])
         kept = [t for t in kept if t.pair_id in allowed]
     return kept
 

@@ -368,3 +368,18 @@ def read_examples(path: str | Path) -> list[dict[str, Any]]:
                 except json.JSONDecodeError as exc:
                     raise TrainingDataError(f"{path}:{lineno}: not JSON ({exc.msg})") from exc
     return rows
+
+
+def assistant_turn_tokens(examples: Iterable[dict[str, Any]], tokenizer: Any) -> list[int]:
+    """Tokens of every assistant turn of ``examples`` (its text, or its tool calls as JSON): an agent evaluated
+    with a reply limit below these writes the actions it was trained on cut short — unparseable."""
+    out = []
+    for example in examples:
+        for message in example["messages"]:
+            if message.get("role") != "assistant":
+                continue
+            text = str(message.get("content") or "")
+            if message.get("tool_calls"):
+                text += json.dumps(message["tool_calls"], sort_keys=True)
+            out.append(len(tokenizer(text).input_ids))
+    return out

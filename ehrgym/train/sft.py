@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Sized
@@ -30,10 +31,34 @@ class TrainResult:
     losses: list[float] = field(default_factory=list)
     seconds: float = 0.0
     logs: list[dict[str, Any]] = field(default_factory=list)
+    coverage: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"output_dir": str(self.output_dir), "steps": self.steps, "losses": self.losses,
-                "seconds": round(self.seconds, 2)}
+                "seconds": round(self.seconds, 2), "coverage": self.coverage}
+
+
+def loss_coverage(train_dataset: Any, examples: int, max_length: int | None) -> dict[str, int]:
+    """What the loss sees of the data after TRL's preparation: examples kept (TRL drops those whose assistant
+    turns all fall past ``max_length``), examples cut at ``max_length``, and loss-bearing tokens. A trajectory's
+    prompt alone can fill most of ``max_length``: then the model learns only the first action's opening."""
+    columns = set(getattr(train_dataset, "column_names", None) or ())
+    ids = train_dataset["input_ids"] if "input_ids" in columns else []
+    labels = train_dataset["labels"] if "labels" in columns else []
+    return {"examples": examples, "kept": len(train_dataset),
+            "truncated": sum(1 for row in ids if max_length is not None and len(row) >= max_length),
+            "tokens": sum(len(row) for row in ids),
+            "loss_tokens": sum(1 for row in labels for label in row if label != -100)}
+
+
+def coverage_warning(coverage: dict[str, int], max_length: int | None) -> str | None:
+    """A warning when most kept examples were cut at ``max_length`` (their later turns never reach the loss)."""
+    kept = coverage.get("kept", 0)
+    if not kept or coverage.get("truncated", 0) * 2 <= kept:
+        return None
+    return (f"{coverage['truncated']} of {kept} training examples were cut at max_length={max_length} tokens "
+            f"({coverage['examples'] - kept} more dropped, no assistant token left): the loss sees only their first "
+            "turns; raise trl.max_length or export shorter examples (ehrgym train sft-data --max-chars)")
 
 
 def chat_dataset(examples: list[dict[str, Any]]) -> Any:
@@ -96,12 +121,16 @@ def run_sft(settings: SftSettings) -> TrainResult:
         raise TrainingDataError(f"no example of {settings.data} keeps an assistant turn within "
                                 f"max_length={args.max_length} tokens; raise trl.max_length or export shorter "
                                 f"examples (ehrgym train sft-data --max-chars)")
+    coverage = loss_coverage(train_dataset, len(examples), args.max_length)
+    warning = coverage_warning(coverage, args.max_length)
+    if warning:
+        warnings.warn(warning, stacklevel=2)
     start = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - start
     logs = list(trainer.state.log_history)
     losses = [float(entry["loss"]) for entry in logs if "loss" in entry]
-    result = TrainResult(out, int(trainer.state.global_step), losses, seconds, logs)
+    result = TrainResult(out, int(trainer.state.global_step), losses, seconds, logs, coverage)
     save_model_dir(trainer.model, tokenizer, out,
                    {"stage": "sft", "base_model": settings.model, "data": settings.data, **result.to_dict()})
     return result
