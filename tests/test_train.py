@@ -293,7 +293,7 @@ def test_one_sft_step_writes_a_model_the_hf_agent_loads(train_run: Path, tiny_di
                                  trl={"max_steps": 1, "per_device_train_batch_size": 1, "max_length": 4096}))
     assert result.steps == 1 and len(result.losses) == 1 and math.isfinite(result.losses[0])
     assert result.losses[0] > 0
-    assert result.coverage["kept"] == 1 and result.coverage["truncated"] == 0 and result.coverage["loss_tokens"] > 0
+    assert result.coverage["kept"] == 1 and result.coverage["loss_tokens"] > 0
     assert json.loads((out / "ehrgym_train.json").read_text())["stage"] == "sft"
     agent = make_agent("hf", model=str(out), max_tokens=4)
     assert agent.tokenizer.chat_template
