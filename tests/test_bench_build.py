@@ -273,3 +273,22 @@ def _verifier(db):
     if db not in _VERIFIERS:
         _VERIFIERS[db] = PairVerifier(db)
     return _VERIFIERS[db]
+
+
+def test_card_records_the_literal_floor_as_the_runner_measures_it(small, synth_db, tmp_path):
+    from ehrgym.eval.runner import run_evaluation
+
+    card = json.loads((small.out / "card.json").read_text())
+    floor = card["validity"]["literal_baseline"]
+    assert "literal_baseline" in (small.out / "card.md").read_text()
+    bench = load_benchmark(small.out)
+    test_pairs = {t.pair_id for t in bench.tasks if t.split == "test"}
+    assert floor["pairs"] == min(len(test_pairs), 400) > 0
+    # the same agent through the runner on the whole test split (the card's sample is all of it at this size)
+    run_evaluation(small.out, synth_db, "literal", tmp_path / "run", k=1, tasks={"split": "test"}, progress=False)
+    records = [json.loads(line) for line in (tmp_path / "run" / "episodes.jsonl").read_text().splitlines()]
+    clean = [r["success_strict"] for r in records if r["variant"] == "clean"]
+    noise = [r["success_strict"] for r in records if r["variant"] == "noise"]
+    assert floor["clean_pct"] == round(100 * sum(clean) / len(clean), 1)
+    assert floor["noise_pct"] == round(100 * sum(noise) / len(noise), 1)
+    assert floor["noise_pct"] < 100.0  # noisy twins are traps for the obvious query

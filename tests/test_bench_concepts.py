@@ -11,7 +11,8 @@ from ehrgym.errors import BenchmarkError
 # domains whose members must belong to one concept only (a member in two concepts would be counted twice
 # by "distinct agents" or make two names mean the same rows); item domains nest on purpose
 # ("urine output" ⊃ "Foley catheter urine output")
-EXCLUSIVE = ("drug", "antibiotic", "admission_type", "careunit", "specimen", "organism", "lab", "vital", "infusion")
+EXCLUSIVE = ("drug", "antibiotic", "admission_type", "careunit", "specimen", "organism", "lab", "vital", "infusion",
+             "disposition")
 
 
 @pytest.mark.parametrize("domain", sorted(DOMAINS))

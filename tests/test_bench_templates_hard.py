@@ -31,7 +31,7 @@ from ehrgym.errors import BenchmarkError
 from ehrgym.vocab import INTENTS, LEVELS, NOISE_SUBTYPES
 
 HARD_MODULES = ("cohorts", "timing", "crossintent")
-EXPLICIT_TIER_MODULES = HARD_MODULES + ("episodes", "comorbidity")  # modules whose templates state their tier
+EXPLICIT_TIER_MODULES = HARD_MODULES + ("episodes", "comorbidity", "disposition")  # modules whose templates state their tier
 HARD = [t for t in all_templates() if template_module(t.id).rsplit(".", 1)[-1] in HARD_MODULES]
 MIN_PAIRS = 4  # verified pairs every hard template yields on the 200-patient database
 CHECKED = 3  # entities per template checked against pandas

@@ -38,6 +38,7 @@ DOMAINS: dict[str, str] = {
     "specimen": "microbiologyevents.spec_type_desc",
     "organism": "microbiologyevents.org_name",
     "diagnosis": "diagnoses_icd (icd_version, icd_code prefix)",
+    "disposition": "admissions.discharge_location / admissions.admission_location",
 }
 
 MIMIC_CODE = "MIMIC code repository, mimic-iv/concepts/"
@@ -344,6 +345,18 @@ define(
     Concept("careunit", "neurosurgical ICU", _CU, values=("Neuro Surgical Intensive Care Unit (Neuro SICU)",),
             variants=("Neuro SICU", "neuro ICU")),
 )
+# ---------------------------------------------------------------- where admissions came from and went to
+_DISP = DICT + " admissions.discharge_location / admission_location (MIMIC-IV demo values)"
+define(
+    Concept("disposition", "post-acute care facility", _DISP + ": discharge to a skilled nursing facility, an inpatient "
+            "rehabilitation facility or a long-term acute care hospital (the three post-acute settings)",
+            values=("SKILLED NURSING FACILITY", "REHAB", "CHRONIC/LONG TERM ACUTE CARE")),
+    Concept("disposition", "home", _DISP + ": discharge home, with or without home health care",
+            values=("HOME", "HOME HEALTH CARE")),
+    Concept("disposition", "transfer from another facility", _DISP + ": arrival as a transfer from another hospital "
+            "or from a skilled nursing facility", values=("TRANSFER FROM HOSPITAL", "TRANSFER FROM SKILLED NURSING FACILITY")),
+)
+
 # transfers.careunit values that are the emergency department, not a ward or unit
 ED_CAREUNITS: tuple[str, ...] = ("Emergency Department", "Emergency Department Observation")
 

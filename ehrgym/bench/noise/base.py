@@ -239,6 +239,9 @@ class Injector:
     empty_is_trap: ClassVar[bool] = False
     presupposes_event: ClassVar[bool] = False
     teaching: ClassVar[TeachingCard | None] = None  # the subtype explained for people (noise.teaching)
+    # the base rows its inserted rows are judged against for storage artifacts (bench.artifacts):
+    # "neighbours" (rows of the same table and item beside them) or "originals" (the rows they copy)
+    artifact_reference: ClassVar[str] = "neighbours"
 
     @property
     def level(self) -> str:

@@ -90,6 +90,9 @@ class DuplicateRecords(Injector):
     )
     description = "evidence rows stored twice (re-stored copies with new ids)"
     rationale = "a re-stored copy has the same natural key and a later store time: dropping it recovers the answer"
+    # a copy has its original's content: what could give it away is how it is stored (id, scan position) beside
+    # that original; beside other rows the judge would learn which patients a cohort copies (who died, who is old)
+    artifact_reference = "originals"
 
     def inject(self, ctx: InjectContext) -> Injection | None:
         ev = ctx.evidence

@@ -10,6 +10,7 @@ import numpy as np
 from ehrgym.bench.noise import cleaning
 from ehrgym.bench.noise.base import ROWID, InjectContext, Injection, Injector, batch_size, register_injector
 from ehrgym.bench.noise.teaching import TeachingCard
+from ehrgym.bench.templates.base import Template
 from ehrgym.bench.noise.units import conversion_for
 from ehrgym.bench.noise.values import (MISSING_PLACEHOLDERS, decimals_of, derivable, finite, format_like,
                                        implausible, number_forms, shift_times, typed_value, with_decimals)
@@ -275,15 +276,14 @@ class UnitMismatch(Injector):
                          kind, reason, cleaners=(cleaning.convert_units,))
 
 
-NEVER_NULL: dict[tuple[str, str], str] = {
+NEVER_NULL: dict[tuple[str, str], str] = {  # where missing_value does not go (MissingValue.fits)
     ("patients", "anchor_age"): "0 of the demo's 100 patients; MIMIC-IV defines it for every patient",
     ("drgcodes", "drg_severity"): "0 of the demo's 221 APR rows (NULL only on HCFA rows, which have none)",
     ("drgcodes", "drg_mortality"): "0 of the demo's 221 APR rows (NULL only on HCFA rows, which have none)",
 }
-"""Evidence columns that templates put missing_value on although MIMIC-IV never leaves them NULL on the evidence
-rows (measured on the demo): the base matches the demo, so a missing value there is the only NULL of its kind and
-is told from the base by its NULL alone — a known storage leak (tests/test_bench_artifacts.py); dropping the
-subtype from those templates moves the build's quotas, which is left to the quota plan."""
+"""Evidence columns MIMIC-IV never leaves NULL on the evidence rows (measured on the demo). The base matches the
+demo, so a missing value there would be the only NULL of its kind, told from the base by its NULL alone: the
+subtype does not go there (tests/test_bench_artifacts.py)."""
 
 
 @register_injector
@@ -305,6 +305,9 @@ class MissingValue(_UnreadableValue):
     outcome, reason, empty_is_trap = "abstain", "insufficient_evidence", True
     rationale = ("the deciding result has no number: nothing gives the answer; an extra valueless row among many "
                  "is simply not counted")
+
+    def fits(self, template: Template) -> bool:
+        return (template.evidence.table, template.evidence.value_col) not in NEVER_NULL
 
     def inject(self, ctx: InjectContext) -> Injection | None:
         ev = ctx.evidence

@@ -240,7 +240,7 @@ ORDER BY e.description""",
 APR_SAMPLER = """SELECT subject_id, hadm_id FROM mimiciv_hosp.drgcodes
 WHERE drg_type = 'APR' AND hadm_id IS NOT NULL AND {col} IS NOT NULL
 GROUP BY subject_id, hadm_id HAVING count(*) = 1"""
-APR_NOISE = ("missing_evidence", "implausible_value", "missing_value", "nonexistent_entity", "out_of_scope")
+APR_NOISE = ("missing_evidence", "implausible_value", "nonexistent_entity", "out_of_scope")
 
 register(
     Template(

@@ -126,7 +126,7 @@ WHERE e.subject_id = {subject_id} AND a.hadm_id = {hadm_id}""",
         evidence=Evidence(table="patients", where="e.subject_id = {subject_id}", key=("subject_id",),
                           value_col="anchor_age", bounds=AGE_BOUNDS, focus="any", aggregate=False),
         # no missing_evidence: a deleted patients row is indistinguishable from a nonexistent patient
-        noise=("conflicting_records", "implausible_value", "missing_value", "nonexistent_entity", "out_of_scope"),
+        noise=("conflicting_records", "implausible_value", "nonexistent_entity", "out_of_scope"),
         entity_ref="hadm_id", description="age at admission from the anchor fields",
     ),
 )

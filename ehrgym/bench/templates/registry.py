@@ -31,6 +31,7 @@ TEMPLATE_MODULES: tuple[str, ...] = (
     "ehrgym.bench.templates.crossintent",
     "ehrgym.bench.templates.episodes",
     "ehrgym.bench.templates.comorbidity",
+    "ehrgym.bench.templates.disposition",
 )
 
 
