@@ -54,6 +54,16 @@ def mem_env(tiny_db: Path) -> Iterator[EhrEnv]:
         yield e
 
 
+@pytest.fixture(scope="module")
+def frame_env(tiny_db: Path) -> Iterator[EhrEnv]:
+    """The byte caps of ``LIMITS`` with a generous time limit: on a loaded machine a 4-24 MB result can take
+    longer than 1 s, and the time limit would then answer instead of the cap under test."""
+    cfg = EnvConfig(max_steps=10_000, python=False, sql=SqlLimits(timeout_s=20.0, max_frame_bytes=LIMITS.max_frame_bytes),
+                    connection=SETTINGS)
+    with EhrEnv(tiny_db, cfg) as e:
+        yield e
+
+
 def sql(env: EhrEnv, query: str) -> Any:
     return env.step(SqlAction(query))
 
@@ -77,14 +87,16 @@ def test_memory_bombs_are_stopped_and_the_env_process_stays_small(mem_env: EhrEn
     assert not r.done and sql(env, "SELECT count(*) FROM patients").observation.rows == [(3,)]  # a fresh child
 
 
-def test_python_sql_results_are_capped_in_bytes_not_only_rows(env: EhrEnv) -> None:
+def test_python_sql_results_are_capped_in_bytes_not_only_rows(frame_env: EhrEnv) -> None:
+    env = frame_env
     env.reset(last_creat_task())
     with pytest.raises(RuntimeError, match="more than 1 MB"):
         env.sql_frame("SELECT repeat('x', 100000) AS s FROM range(40)")   # 40 rows, 4 MB
     assert len(env.sql_frame("SELECT repeat('x', 1000) AS s FROM range(40)")) == 40
 
 
-def test_preview_cells_are_cut_before_they_travel(env: EhrEnv) -> None:
+def test_preview_cells_are_cut_before_they_travel(frame_env: EhrEnv) -> None:
+    env = frame_env
     env.reset(last_creat_task())
     r = sql(env, "SELECT repeat('x', 400000) AS s FROM range(60)")  # 24 MB: well under the process cap
     assert r.observation.row_count == 60 and len(r.observation.rows) == 50
