@@ -345,6 +345,14 @@ def _fold_key(task: Task, subject: Any = None) -> int:
     return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16)
 
 
+def _task_rng(seed: int, task: Task) -> np.random.Generator:
+    """The draws of one task (which base rows stand beside its rows): its own stream, so that the rows judged for a
+    task do not depend on which other tasks (of this or another subtype) were judged before it."""
+    import hashlib
+
+    return np.random.default_rng([seed, int(hashlib.sha256(task.task_id.encode()).hexdigest()[:12], 16)])
+
+
 def collect(db: str | Path, tasks: list[Task], seed: int = 0, per_subtype: int = 80) -> dict[str, RowSet]:
     """Row features of up to ``per_subtype`` noisy tasks per subtype whose overlay inserts rows."""
     import duckdb
@@ -357,7 +365,6 @@ def collect(db: str | Path, tasks: list[Task], seed: int = 0, per_subtype: int =
     attach_base(con, db)
     session = OverlaySession(con)
     con.execute(search_path_sql())
-    rng = np.random.default_rng(seed)
     by_sub: dict[str, list[Task]] = defaultdict(list)
     for t in sorted(tasks, key=lambda t: t.task_id):
         if t.variant == "noise" and t.noise is not None and any(e.insert_rows for e in t.noise.overlay.edits):
@@ -367,7 +374,7 @@ def collect(db: str | Path, tasks: list[Task], seed: int = 0, per_subtype: int =
         for sub, group in sorted(by_sub.items()):
             feats, labels, owner, where = [], [], [], []
             for task in group[:per_subtype]:
-                f, lab, who = task_rows(session, task, rng)
+                f, lab, who = task_rows(session, task, _task_rng(seed, task))
                 feats += f
                 labels += lab
                 owner += [_fold_key(task, w) for w in who]
