@@ -6,21 +6,19 @@ the reason they exist: clean questions that use the place words out-of-scope twi
 from __future__ import annotations
 
 import re
-from collections import Counter
 from typing import Any, Callable
 
 import pandas as pd
 import pytest
 
-from ehrgym.bench.answers import answers_match
 from ehrgym.bench.builder import Builder
 from ehrgym.bench.configs import BuildConfig
 from ehrgym.bench.noise import INJECTORS
 from ehrgym.bench.noise.scope import FACILITIES, HOSPITALS
 from ehrgym.bench.sqlrender import render_text
-from ehrgym.bench.templates import Template, all_templates
+from ehrgym.bench.templates import all_templates
 from ehrgym.bench.templates.registry import template_module
-from tests.test_bench_templates_episodes import RAW_VOCAB_SQL, Frames, _has_condition
+from tests.test_bench_templates_episodes import RAW_VOCAB_SQL, Frames, _has_condition, check_against, verified_pairs
 
 NEW = [t for t in all_templates() if template_module(t.id).endswith(".disposition")]
 POST_ACUTE = {"SKILLED NURSING FACILITY", "REHAB", "CHRONIC/LONG TERM ACUTE CARE"}
@@ -112,33 +110,14 @@ def test_questions_speak_clinically(builder, template):
 
 @pytest.mark.parametrize("template", NEW, ids=lambda t: t.id)
 def test_yields_verified_pairs(builder, template):
-    made, used = Counter(), set()
-    for c in builder.candidates[template.id][:30]:
-        for sub in sorted(template.noise, key=lambda s: made[s]):
-            if c.index in used or not INJECTORS[sub].accepts(template, c.params):
-                continue
-            if builder.attempt(template, sub, c) is not None:
-                made[sub] += 1
-                used.add(c.index)
+    made = verified_pairs(builder, template)
     assert sum(made.values()) >= 8, (template.id, dict(made))
     assert len(made) >= min(3, len(template.noise)), (template.id, dict(made))  # several subtypes, not one
 
 
-def _check(builder: Builder, frames: Frames, template: Template, n: int) -> list[Any]:
-    seen = []
-    for c in builder.candidates[template.id][:n]:
-        clean = builder._clean(template, c)
-        assert clean is not None, f"{template.id}: no clean answer for {c.params}"
-        expected = PANDAS[template.id](frames, c.params)
-        assert expected is not None and answers_match(clean[0], expected, template.answer), \
-            f"{template.id} {c.params}: SQL {clean[0]!r} vs pandas {expected!r}"
-        seen.append(expected)
-    return seen
-
-
 @pytest.mark.parametrize("template", NEW, ids=lambda t: t.id)
 def test_gold_matches_pandas_on_synth(builder, synth_frames, template):
-    seen = _check(builder, synth_frames, template, 25)
+    seen = check_against(builder, synth_frames, template, 25, PANDAS[template.id])
     assert len(seen) >= 15
     assert len({str(v) for v in seen}) >= 2, (template.id, seen)
     assert any(0 < float(v) < 100 for v in seen), (template.id, seen)  # not only all-or-nothing cohorts
@@ -160,4 +139,4 @@ def test_gold_matches_pandas_on_the_demo(demo_checks, template):
     b, frames = demo_checks
     b._draw(template, 12)
     assert b.candidates[template.id], f"{template.id}: no candidate on the demo"
-    assert len(_check(b, frames, template, 12)) >= 1
+    assert len(check_against(b, frames, template, 12, PANDAS[template.id])) >= 1

@@ -68,16 +68,22 @@ def test_questions_speak_clinically(builder, template):
             assert not leaked, f"{q!r} quotes database strings {leaked}"
 
 
-@pytest.mark.parametrize("template", NEW, ids=lambda t: t.id)
-def test_yields_verified_pairs(builder, template):
+def verified_pairs(builder: Builder, template: Template, candidates: int = 30) -> Counter:
+    """Pairs the builder verifies on the first candidates of ``template``, one per candidate, per subtype."""
     made, used = Counter(), set()
-    for c in builder.candidates[template.id][:30]:
+    for c in builder.candidates[template.id][:candidates]:
         for sub in sorted(template.noise, key=lambda s: made[s]):
             if c.index in used or not INJECTORS[sub].accepts(template, c.params):
                 continue
             if builder.attempt(template, sub, c) is not None:
                 made[sub] += 1
                 used.add(c.index)
+    return made
+
+
+@pytest.mark.parametrize("template", NEW, ids=lambda t: t.id)
+def test_yields_verified_pairs(builder, template):
+    made = verified_pairs(builder, template)
     assert sum(made.values()) >= 8, (template.id, dict(made))
     assert len(made) >= 3, (template.id, dict(made))  # several subtypes, not one
 
@@ -306,12 +312,14 @@ PANDAS: dict[str, Callable[[Frames, dict], Any]] = {
 }
 
 
-def _check(builder: Builder, frames: Frames, template: Template, n: int) -> list[Any]:
+def check_against(builder: Builder, frames: Frames, template: Template, n: int,
+                  compute: Callable[[Frames, dict], Any]) -> list[Any]:
+    """The gold answer of the first ``n`` candidates equals ``compute`` (an independent pandas computation)."""
     seen = []
     for c in builder.candidates[template.id][:n]:
         clean = builder._clean(template, c)
         assert clean is not None, f"{template.id}: no clean answer for {c.params}"
-        expected = PANDAS[template.id](frames, c.params)
+        expected = compute(frames, c.params)
         assert expected is not None and answers_match(clean[0], expected, template.answer), \
             f"{template.id} {c.params}: SQL {clean[0]!r} vs pandas {expected!r}"
         seen.append(expected)
@@ -327,7 +335,7 @@ def synth_frames(synth_db):
 
 @pytest.mark.parametrize("template", NEW, ids=lambda t: t.id)
 def test_gold_matches_pandas_on_synth(builder, synth_frames, template):
-    seen = _check(builder, synth_frames, template, 25)
+    seen = check_against(builder, synth_frames, template, 25, PANDAS[template.id])
     assert len(seen) >= 15
     if template.answer.type != "boolean":
         assert len({str(v) for v in seen}) >= 2, (template.id, seen)  # answers vary between entities
@@ -356,7 +364,7 @@ def test_gold_matches_pandas_on_the_demo(demo_checks, template):
     b, frames = demo_checks
     b._draw(template, 12)
     assert b.candidates[template.id], f"{template.id}: no candidate on the demo"
-    assert len(_check(b, frames, template, 12)) >= 1
+    assert len(check_against(b, frames, template, 12, PANDAS[template.id])) >= 1
 
 
 def test_icu_free_days_are_zero_after_an_early_death(builder, synth_frames):
