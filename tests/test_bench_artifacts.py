@@ -272,3 +272,13 @@ def test_copies_are_judged_against_their_originals():
     assert _copies([5, 12], {5: "x", 12: "y"}.__getitem__, ["x", "y"]) == ([5, 12], [4, 11])
     # a content with more rows than copies and no neighbouring pair: nothing is taken for a copy
     assert _copies([2, 6], {2: "z", 6: "z"}.__getitem__, ["z"]) == ([], [])
+
+
+def test_the_judgement_does_not_depend_on_the_worker_processes(built, synth_db):
+    tasks = list(built.filter(variant="noise"))
+    one = collect(synth_db, tasks, seed=3, per_subtype=6)
+    two = collect(synth_db, tasks, seed=3, per_subtype=6, workers=2)
+    assert one.keys() == two.keys() and len(one) >= 3
+    for sub in one:
+        for field in ("features", "labels", "task", "table"):
+            assert np.array_equal(getattr(one[sub], field), getattr(two[sub], field)), (sub, field)

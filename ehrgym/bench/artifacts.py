@@ -370,8 +370,47 @@ def _task_rng(seed: int, task: Task) -> np.random.Generator:
     return np.random.default_rng([seed, int(hashlib.sha256(task.task_id.encode()).hexdigest()[:12], 16)])
 
 
-def collect(db: str | Path, tasks: list[Task], seed: int = 0, per_subtype: int = 80) -> dict[str, RowSet]:
-    """Row features of up to ``per_subtype`` noisy tasks per subtype whose overlay inserts rows."""
+def collect(db: str | Path, tasks: list[Task], seed: int = 0, per_subtype: int = 80, workers: int = 1
+            ) -> dict[str, RowSet]:
+    """Row features of up to ``per_subtype`` noisy tasks per subtype whose overlay inserts rows.
+
+    ``workers`` > 1 judges the tasks in that many worker processes (``python -m ehrgym.bench.worker``, as the
+    build's); each task draws from its own stream, so the rows do not depend on it."""
+    by_sub: dict[str, list[Task]] = defaultdict(list)
+    for t in sorted(tasks, key=lambda t: t.task_id):
+        if t.variant == "noise" and t.noise is not None and any(e.insert_rows for e in t.noise.overlay.edits):
+            by_sub[t.noise.subtype].append(t)
+    items = [(sub, i, t) for sub, group in sorted(by_sub.items()) for i, t in enumerate(group[:per_subtype])]
+    parts = max(1, min(workers, len(items)))
+    if parts > 1:
+        from ehrgym.bench.builder import run_worker_processes
+
+        got: dict[tuple[str, int], TaskRows] = {}
+        for part in run_worker_processes([{"call": _collect_tasks, "args": (str(db), items[k::parts], seed)}
+                                          for k in range(parts)]):  # interleaved: subtypes differ in cost
+            got.update(part)
+    else:
+        got = _collect_tasks(str(db), items, seed)
+    out: dict[str, RowSet] = {}
+    for sub in sorted(by_sub):
+        feats, labels, owner, where = [], [], [], []
+        for i in range(min(per_subtype, len(by_sub[sub]))):
+            f, lab, who, table = got[(sub, i)]
+            feats += f
+            labels += lab
+            owner += who
+            where += [table] * len(lab)
+        if labels:
+            out[sub] = RowSet(np.array(feats, dtype=float), np.array(labels), np.array(owner),
+                              np.array(where, dtype=object))
+    return out
+
+
+TaskRows = tuple[list[list[float]], list[int], list[int], str]
+
+
+def _collect_tasks(db: str, items: list[tuple[str, int, Task]], seed: int) -> dict[tuple[str, int], TaskRows]:
+    """Features, labels, fold keys and evidence table of the rows of each ``(subtype, index, task)``."""
     import duckdb
 
     from ehrgym.db.connect import attach_base
@@ -382,32 +421,21 @@ def collect(db: str | Path, tasks: list[Task], seed: int = 0, per_subtype: int =
     attach_base(con, db)
     session = OverlaySession(con)
     con.execute(search_path_sql())
-    by_sub: dict[str, list[Task]] = defaultdict(list)
-    for t in sorted(tasks, key=lambda t: t.task_id):
-        if t.variant == "noise" and t.noise is not None and any(e.insert_rows for e in t.noise.overlay.edits):
-            by_sub[t.noise.subtype].append(t)
-    out: dict[str, RowSet] = {}
+    out: dict[tuple[str, int], TaskRows] = {}
     try:
-        for sub, group in sorted(by_sub.items()):
-            feats, labels, owner, where = [], [], [], []
-            for task in group[:per_subtype]:
-                f, lab, who = task_rows(session, task, _task_rng(seed, task))
-                feats += f
-                labels += lab
-                owner += [_fold_key(task, w) for w in who]
-                where += [_templates()[task.template_id].evidence.table] * len(lab)
-            if labels:
-                out[sub] = RowSet(np.array(feats, dtype=float), np.array(labels), np.array(owner),
-                                  np.array(where, dtype=object))
+        for sub, i, task in items:
+            f, lab, who = task_rows(session, task, _task_rng(seed, task))
+            out[(sub, i)] = (f, lab, [_fold_key(task, w) for w in who], _templates()[task.template_id].evidence.table)
     finally:
         con.close()
     return out
 
 
-def artifact_report(db: str | Path, tasks: list[Task], seed: int = 0, per_subtype: int = 80) -> dict[str, Any]:
+def artifact_report(db: str | Path, tasks: list[Task], seed: int = 0, per_subtype: int = 80, workers: int = 1
+                    ) -> dict[str, Any]:
     """``{subtype: {balanced_accuracy, entities, touched_rows, base_rows}}`` and the bar."""
     report: dict[str, Any] = {}
-    for sub, rows in collect(db, tasks, seed, per_subtype).items():
+    for sub, rows in collect(db, tasks, seed, per_subtype, workers).items():
         report[sub] = {"balanced_accuracy": round(held_out_accuracy(rows), 3),
                        "entities": int(len(set(rows.task.tolist()))),
                        "touched_rows": int(rows.labels.sum()), "base_rows": int((rows.labels == 0).sum())}

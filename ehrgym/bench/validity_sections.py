@@ -20,7 +20,7 @@ def artifact_classifier(ctx: ValidityContext) -> dict[str, Any]:
 
     if ctx.db is None:
         return {"skipped": "no database given"}
-    report = artifact_report(ctx.db, ctx.tasks, ctx.seed, per_subtype=CARD_TASKS_PER_SUBTYPE)
+    report = artifact_report(ctx.db, ctx.tasks, ctx.seed, per_subtype=CARD_TASKS_PER_SUBTYPE, workers=ctx.workers)
     md = [f"Held-out balanced accuracy of a depth-3 tree on storage features ({', '.join(report['features'])}); "
           f"chance 0.5, bar {BAR}.", "", "| subtype | balanced accuracy | entities | touched rows | base rows |",
           "|---|---|---|---|---|"]
