@@ -412,7 +412,7 @@ def test_every_eligible_question_tells_its_course_and_both_twins_tell_the_same(b
 def test_out_of_scope_twins_ask_about_the_place_their_context_names(built):
     """Where the course names a place this database holds nothing from, the out-of-scope twin asks
     about that place in the same words: no word of the swap is missing from the clean twin."""
-    from ehrgym.bench.noise.scope import LINKED_PLACES, slot_kind
+    from ehrgym.bench.noise.scope import LINKED_PLACES, ends_clause, linked_phrases, slot_kind
 
     linked = 0
     for clean, noisy in _pairs(built, "out_of_scope"):
@@ -420,6 +420,10 @@ def test_out_of_scope_twins_ask_about_the_place_their_context_names(built):
         t = get_template(clean.template_id)
         kind = slot_kind(t.lexical, t.evidence.table) if t.lexical else None
         usable = [p for p in places if kind is None or p in LINKED_PLACES.get(kind, ())]
+        if kind is not None and t.lexical is not None:  # a diagnosis or procedure takes a place only after it
+            frame = t.paraphrases[clean.meta["paraphrase"]]
+            if not linked_phrases(kind, "x", "{" + t.lexical + "}" in frame and ends_clause(frame, t.lexical), places):
+                usable = []
         if not usable:
             continue
         asked = noisy.question.removesuffix(" " + clean.meta["context"])

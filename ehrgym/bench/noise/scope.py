@@ -75,20 +75,24 @@ SWAPS: dict[str, Swap] = {
         post=("{x} the team intended to give", "{x} started by the paramedics"),
     ),
     "drug": Swap(
-        qualifiers=INTENDED[3:] + REPORTED[:4] + ELSEWHERE + LATER[:2]
+        qualifiers=INTENDED[3:] + REPORTED[:4] + ELSEWHERE + LATER[:1]
         + ("home", "preadmission", "over the counter", "previously declined", "discharge"),
         related=("herbal supplement", "over-the-counter pain reliever", "home inhaler"),
         post=("{x} the patient took at home", "{x} the team planned for after discharge",
               "{x} the patient declined"),
     ),
     "diagnosis": Swap(
-        qualifiers=REPORTED[:5] + ELSEWHERE + LATER + ("radiology reported", "imaging suggested"),
+        # a diagnosis reads with a reporter before it, not a place or a time ("urgent care cirrhosis", "six week
+        # atrial fibrillation" were drawn before); where the diagnosis was made goes after it (``post``)
+        qualifiers=("patient-reported", "family-reported", "caregiver-reported", "radiology-reported",
+                    "imaging-suggested"),
         post=("{x} mentioned only in the discharge summary", "{x} that the attending suspected",
-              "{x} diagnosed at the follow-up visit",
+              "{x} diagnosed at the follow-up visit", "{x} diagnosed at an outside hospital",
+              "{x} diagnosed in primary care",
               "a condition seen on the chest CT", "the admitting physician's working diagnosis"),
     ),
     "procedure": Swap(
-        qualifiers=INTENDED[3:] + ELSEWHERE + LATER + ("deferred", "declined", "cancelled", "previously scheduled"),
+        qualifiers=INTENDED[3:] + ("deferred", "declined", "cancelled", "previously scheduled"),
         post=("{x} the team planned but did not do", "{x} done at another hospital",
               "the operation the surgeon recommended", "an outpatient colonoscopy after discharge"),
     ),
@@ -253,11 +257,16 @@ LINKED_POST: dict[str, tuple[str, ...]] = {
 }
 
 
+# kinds whose names read with a place before them ("outside hospital potassium", "home furosemide");
+# a diagnosis or procedure does not ("rehab facility esophagectomy"): the place goes after it
+PLACE_BEFORE = frozenset({"lab", "specimen", "organism", "vital", "output", "drip", "drug", "antibiotic"})
+
+
 def linked_phrases(kind: str, name: str, at_clause_end: bool, places: tuple[str, ...]) -> list[str]:
     """Unrecordable phrases about ``name`` at the places the question's context names (empty: none
-    fits this kind)."""
+    fits this kind and slot)."""
     usable = [p for p in places if p in LINKED_PLACES.get(kind, ())]
-    out = [f"{p} {name}" for p in usable]
+    out = [f"{p} {name}" for p in usable] if kind in PLACE_BEFORE else []
     if at_clause_end:
         out += [f.format(x=name, p=p).replace("at the home", "at home").replace("by the home", "at home")
                 for p in usable for f in LINKED_POST.get(kind, ())]

@@ -24,6 +24,7 @@ import math
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
@@ -37,8 +38,10 @@ C_GRID: tuple[float, ...] = (1.0, 10.0, 100.0)
 FOLDS = 3
 
 
-def _features(text: str) -> list[str]:
-    """Word 1–2-grams and character 3–5-grams (inside word boundaries) of one question."""
+@lru_cache(maxsize=1 << 16)
+def _features(text: str) -> tuple[str, ...]:
+    """Word 1–2-grams and character 3–5-grams (inside word boundaries) of one question (cached: the probes
+    read the same questions several times, and a record-level twin's question is its clean twin's)."""
     low = text.lower()
     words = WORD.findall(low)
     feats = [f"w:{w}" for w in words]
@@ -47,7 +50,7 @@ def _features(text: str) -> list[str]:
         padded = f" {w} "
         for n in range(3, 6):
             feats += [f"c:{padded[i:i + n]}" for i in range(len(padded) - n + 1)]
-    return feats
+    return tuple(feats)
 
 
 @dataclass
@@ -64,29 +67,41 @@ class TextModel:
         return (x @ self.weights + self.bias > 0).astype(int)
 
 
-def _vocabulary(docs: list[list[str]]) -> tuple[dict[str, int], np.ndarray]:
+def _vocabulary(docs: Sequence[Sequence[str]]) -> tuple[dict[str, int], np.ndarray]:
     df = Counter(f for d in docs for f in set(d))
     names = sorted(f for f, n in df.items() if n >= 2)
     n = len(docs)
     return {f: i for i, f in enumerate(names)}, np.array([math.log((1 + n) / (1 + df[f])) + 1.0 for f in names])
 
 
-def _matrix(docs: list[list[str]], vocab: dict[str, int], idf: np.ndarray) -> sparse.csr_matrix:
-    rows, cols, vals = [], [], []
-    for r, d in enumerate(docs):
-        counts = Counter(vocab[f] for f in d if f in vocab)
-        for col, k in sorted(counts.items()):
-            rows.append(r)
-            cols.append(col)
-            vals.append((1.0 + math.log(k)) * idf[col])
-    x = sparse.csr_matrix((vals, (rows, cols)), shape=(len(docs), len(vocab)))
+def _unique_matrix(docs: Sequence[Sequence[str]], vocab: dict[str, int], idf: np.ndarray
+                   ) -> tuple[sparse.csr_matrix, np.ndarray]:
+    """One TF-IDF row per distinct document, and which row each document is (a record-level twin's question is
+    its clean twin's: the same row)."""
+    unique: dict[Sequence[str], int] = {}
+    which = np.array([unique.setdefault(d, len(unique)) for d in docs], dtype=np.int64)
+    ids = [np.array([vocab.get(f, -1) for f in d], dtype=np.int64) for d in unique]
+    rows = np.repeat(np.arange(len(ids)), [len(i) for i in ids])
+    cols = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
+    known = cols >= 0
+    # duplicates summed: term counts, then sublinear TF × IDF
+    x = sparse.csr_matrix((np.ones(int(known.sum())), (rows[known], cols[known])), shape=(len(unique), len(vocab)))
+    x.sum_duplicates()
+    x.data = (1.0 + np.log(x.data)) * idf[x.indices]
     norms = np.sqrt(np.asarray(x.multiply(x).sum(axis=1)).ravel())
     norms[norms == 0] = 1.0
-    return sparse.csr_matrix(sparse.diags(1.0 / norms) @ x)
+    return sparse.csr_matrix(sparse.diags(1.0 / norms) @ x), which
 
 
-def _logreg(x: sparse.csr_matrix, y: np.ndarray, c: float) -> tuple[np.ndarray, float]:
-    """L2-regularised logistic regression (``C`` as in the usual formulation), Newton-CG."""
+def _matrix(docs: Sequence[Sequence[str]], vocab: dict[str, int], idf: np.ndarray) -> sparse.csr_matrix:
+    x, which = _unique_matrix(docs, vocab, idf)
+    return sparse.csr_matrix(x[which])
+
+
+def _logreg(x: sparse.csr_matrix, total: np.ndarray, positive: np.ndarray, c: float) -> tuple[np.ndarray, float]:
+    """L2-regularised logistic regression (``C`` as in the usual formulation), Newton-CG, on distinct rows:
+    row i stands for ``total[i]`` examples of which ``positive[i]`` are labelled 1 (the same loss as the
+    examples one by one, with fewer rows to multiply)."""
     d = x.shape[1]
     xt = sparse.csr_matrix(x.T)
 
@@ -96,8 +111,8 @@ def _logreg(x: sparse.csr_matrix, y: np.ndarray, c: float) -> tuple[np.ndarray, 
     def loss(theta: np.ndarray) -> tuple[float, np.ndarray]:
         w, b = theta[:d], theta[d]
         z = x @ w + b
-        nll = float(np.sum(np.logaddexp(0.0, z) - y * z))
-        g = sigmoid(z) - y
+        nll = float(np.sum(total * np.logaddexp(0.0, z) - positive * z))
+        g = total * sigmoid(z) - positive
         grad = np.empty(d + 1)
         grad[:d] = c * (xt @ g) + w
         grad[d] = c * g.sum()
@@ -105,7 +120,7 @@ def _logreg(x: sparse.csr_matrix, y: np.ndarray, c: float) -> tuple[np.ndarray, 
 
     def hessp(theta: np.ndarray, v: np.ndarray) -> np.ndarray:
         p = sigmoid(x @ theta[:d] + theta[d])
-        sv = p * (1.0 - p) * (x @ v[:d] + v[d])
+        sv = total * p * (1.0 - p) * (x @ v[:d] + v[d])
         out = np.empty(d + 1)
         out[:d] = c * (xt @ sv) + v[:d]
         out[d] = c * sv.sum()
@@ -113,6 +128,14 @@ def _logreg(x: sparse.csr_matrix, y: np.ndarray, c: float) -> tuple[np.ndarray, 
 
     res = minimize(loss, np.zeros(d + 1), jac=True, hessp=hessp, method="Newton-CG", options={"maxiter": 100})
     return res.x[:d], float(res.x[d])
+
+
+def _fit_rows(xu: sparse.csr_matrix, which: np.ndarray, y: np.ndarray, c: float) -> tuple[np.ndarray, float]:
+    """``_logreg`` on the examples ``which`` (rows of ``xu``) labelled ``y``, identical rows merged."""
+    used, inverse = np.unique(which, return_inverse=True)
+    total = np.bincount(inverse, minlength=len(used)).astype(float)
+    positive = np.bincount(inverse, weights=y, minlength=len(used))
+    return _logreg(sparse.csr_matrix(xu[used]), total, positive, c)
 
 
 def _group_folds(groups: Sequence[str], k: int) -> np.ndarray:
@@ -124,7 +147,7 @@ def _group_folds(groups: Sequence[str], k: int) -> np.ndarray:
 def fit_probe(texts: Sequence[str], labels: Sequence[int], groups: Sequence[str]) -> TextModel:
     """The model with the regularisation strength that cross-validates best (folds by ``groups``)."""
     vocab, idf = _vocabulary([_features(t) for t in texts])
-    x = _matrix([_features(t) for t in texts], vocab, idf)
+    xu, which = _unique_matrix([_features(t) for t in texts], vocab, idf)
     y = np.asarray(labels, dtype=float)
     folds = _group_folds(groups, FOLDS)
     best_c, best = C_GRID[0], -1
@@ -135,11 +158,11 @@ def fit_probe(texts: Sequence[str], labels: Sequence[int], groups: Sequence[str]
                 tr, te = np.flatnonzero(folds != f), np.flatnonzero(folds == f)
                 if not len(te) or len(set(y[tr])) < 2:
                     continue
-                w, b = _logreg(x[tr], y[tr], c)
-                hits += int(((x[te] @ w + b > 0).astype(float) == y[te]).sum())
+                w, b = _fit_rows(xu, which[tr], y[tr], c)
+                hits += int(((xu[which[te]] @ w + b > 0).astype(float) == y[te]).sum())
             if hits > best:
                 best_c, best = c, hits
-    w, b = _logreg(x, y, best_c)
+    w, b = _fit_rows(xu, which, y, best_c)
     return TextModel(vocab, idf, w, b)
 
 
