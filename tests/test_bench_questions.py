@@ -64,7 +64,7 @@ def _pairs(tasks, subtype):
 # Before clean questions used clinicians' aliases and the plan balanced every template's outcomes:
 # 0.54, 0.61 (lexical variation 0.72), 0.65 vs 0.51 (0.73 vs 0.75); before the query-level noise
 # was rewritten: 0.55, 0.72, majority + 0.12 (query-level + 0.13). On the `paper` build (1k
-# patients) the query-level probe is still 0.63 (out of scope 0.83): see the README.
+# patients) the query-level probe is still 0.64 (out of scope 0.84): see the README.
 
 
 def test_question_text_does_not_reveal_the_variant(validity):
