@@ -18,6 +18,7 @@ from ehrgym.bench.noise.units import CONVERSIONS
 from ehrgym.bench.noise.values import conflicting, decimals_of, implausible, number_forms, value_text
 from ehrgym.bench.splits import ood_templates, split_of, unit_hash
 from ehrgym.bench.sqlrender import render_sql, render_text, sql_value
+from ehrgym.bench.templates.registry import all_templates
 from ehrgym.db.items import item_reference
 from ehrgym.errors import BenchmarkError
 from ehrgym.vocab import NOISE_SUBTYPES
@@ -162,3 +163,11 @@ def test_splits_are_deterministic_and_by_patient():
     assert 1200 < counts["train"] < 1600 and counts["dev"] > 200 and counts["test"] > 200
     held = ood_templates({"a.1": "labs", "a.2": "labs", "b.1": "vitals"}, 0, 1)
     assert len(held & {"a.1", "a.2"}) == 1 and "b.1" not in held  # a lone template is never held out
+
+
+def test_templates_that_name_nothing_to_swap_get_no_out_of_scope_twin():
+    oos = INJECTORS["out_of_scope"]
+    for t in all_templates():
+        names = bool(t.lexical) and any("{" + t.lexical + "}" in p for p in t.paraphrases)
+        assert oos.applies(t) == (names and "out_of_scope" in t.noise), t.id
+    assert sum(oos.applies(t) for t in all_templates()) >= 50

@@ -52,7 +52,7 @@ def _variant(gold_sql: str, tier: int = 0) -> Template:
     base = get_template("labs.aki_onset_time")
     return Template(id="labs.tier_probe", intent="labs", level="patient", paraphrases=base.paraphrases,
                     sampler_sql="SELECT 1", gold_sql=gold_sql, answer=base.answer, evidence=base.evidence,
-                    noise=("out_of_scope",), entity_ref=base.entity_ref, tier=tier)
+                    noise=base.noise[:1], entity_ref=base.entity_ref, tier=tier)
 
 
 def test_every_template_has_a_tier_and_the_rule_is_applied():

@@ -154,7 +154,7 @@ register(
         answer=AnswerSpec("integer"),
         evidence=Evidence(table="diagnoses_icd", where="e.hadm_id = {hadm_id}", key=("hadm_id", "seq_num"),
                           category_col="icd_code"),
-        noise=("missing_evidence", "nonexistent_entity", "out_of_scope"),
+        noise=("missing_evidence", "nonexistent_entity"),
         entity_ref="hadm_id", description="age-adjusted Charlson comorbidity index of an admission",
     ),
 )

@@ -349,7 +349,7 @@ register(
         answer=NAMES,
         evidence=Evidence(table="diagnoses_icd", where="e.hadm_id = {hadm_id}", key=("hadm_id", "seq_num"),
                           category_col="icd_code"),
-        noise=("missing_evidence", "conflicting_records", "nonexistent_entity", "out_of_scope"),
+        noise=("missing_evidence", "conflicting_records", "nonexistent_entity"),
         entity_ref="hadm_id", description="chronic condition groups (ICD-9/ICD-10 code sets) of an admission",
     ),
     Template(

@@ -110,7 +110,7 @@ ORDER BY 1""",
         answer=TITLE,
         evidence=Evidence(**DX_EVIDENCE, where="e.hadm_id = {hadm_id} AND e.seq_num = 1", category_col="icd_code",
                           aggregate=False),
-        noise=("missing_evidence", "conflicting_records", "nonexistent_entity", "out_of_scope"),
+        noise=("missing_evidence", "conflicting_records", "nonexistent_entity"),
         entity_ref="hadm_id", description="principal (seq_num 1) diagnosis of an admission",
     ),
     Template(
@@ -132,7 +132,7 @@ WHERE a.subject_id = {subject_id} AND a.hadm_id = {hadm_id}""",
         answer=COUNT,
         # every discharged admission is coded: zero diagnoses means the coding is missing, not absent
         evidence=Evidence(**DX_EVIDENCE, where="e.hadm_id = {hadm_id}", category_col="icd_code"),
-        noise=("missing_evidence", "duplicate_records", "conflicting_records", "nonexistent_entity", "out_of_scope"),
+        noise=("missing_evidence", "duplicate_records", "conflicting_records", "nonexistent_entity"),
         entity_ref="hadm_id", description="number of coded diagnoses of an admission",
     ),
     Template(
@@ -182,7 +182,7 @@ WHERE a.subject_id = {subject_id} AND a.hadm_id = {hadm_id}
 ORDER BY e.icd_code""",
         answer=CODES,
         evidence=Evidence(**PX_EVIDENCE, where="e.hadm_id = {hadm_id}", category_col="icd_code"),
-        noise=("missing_evidence", "conflicting_records", "nonexistent_entity", "out_of_scope"),
+        noise=("missing_evidence", "conflicting_records", "nonexistent_entity"),
         entity_ref="hadm_id", description="set of procedure codes of an admission",
     ),
     Template(
@@ -232,7 +232,7 @@ ORDER BY e.description""",
         answer=TITLE,
         evidence=Evidence(table="drgcodes", where="e.hadm_id = {hadm_id} AND e.drg_type = 'HCFA'",
                           key=("hadm_id", "drg_type"), category_col="description", aggregate=False),
-        noise=("missing_evidence", "conflicting_records", "nonexistent_entity", "out_of_scope"),
+        noise=("missing_evidence", "conflicting_records", "nonexistent_entity"),
         entity_ref="hadm_id", description="HCFA DRG of an admission",
     ),
 )
@@ -240,7 +240,7 @@ ORDER BY e.description""",
 APR_SAMPLER = """SELECT subject_id, hadm_id FROM mimiciv_hosp.drgcodes
 WHERE drg_type = 'APR' AND hadm_id IS NOT NULL AND {col} IS NOT NULL
 GROUP BY subject_id, hadm_id HAVING count(*) = 1"""
-APR_NOISE = ("missing_evidence", "implausible_value", "nonexistent_entity", "out_of_scope")
+APR_NOISE = ("missing_evidence", "implausible_value", "nonexistent_entity")
 
 register(
     Template(
@@ -334,7 +334,7 @@ SELECT long_title FROM per_title WHERE n = (SELECT max(n) FROM per_title) ORDER 
         evidence=Evidence(**DX_EVIDENCE, category_col="icd_code", join=ADMISSION_JOIN,
                           where="extract(year FROM a.admittime) = {year} "
                                 "AND e.hadm_id IN (SELECT hadm_id FROM mimiciv_icu.icustays)"),
-        noise=("missing_evidence", "conflicting_records", "temporal_mismatch", "out_of_scope"),
+        noise=("missing_evidence", "conflicting_records", "temporal_mismatch"),
         time_window=YEAR_WINDOW, description="most frequent diagnosis among ICU admissions of a year",
     ),
     Template(

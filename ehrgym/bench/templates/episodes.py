@@ -243,8 +243,7 @@ register(
                           key=("stay_id", "itemid", "starttime"), id_col="orderid", time_col="starttime",
                           window=ICU_WINDOW, store_col="storetime", value_col="rate", bounds=NED_RATE_BOUNDS,
                           focus="max", aggregate=True),
-        noise=("missing_evidence", "duplicate_records", "out_of_window", "implausible_value", "nonexistent_entity",
-               "out_of_scope"),
+        noise=("missing_evidence", "duplicate_records", "out_of_window", "implausible_value", "nonexistent_entity"),
         entity_ref="stay_id", description="peak norepinephrine-equivalent dose of concurrent vasopressor infusions",
     ),
     Template(
@@ -263,7 +262,7 @@ register(
         answer=MEAN,
         evidence=Evidence(table="icustays", where="e.hadm_id = {hadm_id}", key=("subject_id", "intime"),
                           id_col="stay_id", time_col="intime", window=ADMISSION_WINDOW, focus="any"),
-        noise=("duplicate_records", "out_of_window", "nonexistent_entity", "out_of_scope"),
+        noise=("duplicate_records", "out_of_window", "nonexistent_entity"),
         entity_ref="hadm_id", description="ICU-free days at day 28 after hospital admission",
     ),
     Template(
@@ -307,7 +306,7 @@ register(
                           where=f"e.stay_id = {{stay_id}} AND e.itemid IN ({SIRS_CHART_IDS}) "
                                 "AND e.charttime BETWEEN s.intime AND s.intime + INTERVAL 24 HOUR",
                           bounds=SIRS_CHART_BOUNDS, focus="max", aggregate=True),
-        noise=("missing_evidence", "implausible_value", "nonexistent_entity", "out_of_scope"),
+        noise=("missing_evidence", "implausible_value", "nonexistent_entity"),
         entity_ref="stay_id", description="number of SIRS criteria met on the first ICU day",
     ),
     Template(
@@ -349,8 +348,7 @@ register(
         answer=AnswerSpec("boolean"),
         evidence=Evidence(**LAB_EVIDENCE, where="e.hadm_id = {hadm_id} AND e.itemid = {itemid}", focus="any",
                           aggregate=True),
-        noise=("missing_evidence", "implausible_value", "unit_mismatch", "encoding_corruption", "nonexistent_entity",
-               "out_of_scope"),
+        noise=("missing_evidence", "implausible_value", "unit_mismatch", "encoding_corruption", "nonexistent_entity"),
         entity_ref="hadm_id", description="KDIGO creatinine AKI without an AKI diagnosis code (under-coding)",
     ),
 )

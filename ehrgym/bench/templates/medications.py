@@ -234,7 +234,7 @@ WHERE a.subject_id = {{subject_id}} AND a.hadm_id = {{hadm_id}} AND {SYSTEMIC}""
         evidence=Evidence(**{**RX_EVIDENCE, "join": RX_ABX, "where": f"e.hadm_id = {{hadm_id}} AND {SYSTEMIC}"},
                           category_col="drug", focus="first"),
         # duplicates and misplaced copies of an order do not change a count of DISTINCT drugs
-        noise=("conflicting_records", "nonexistent_entity", "out_of_scope"),
+        noise=("conflicting_records", "nonexistent_entity"),
         entity_ref="hadm_id", description="number of distinct antibiotics of an admission",
     ),
     Template(

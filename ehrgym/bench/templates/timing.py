@@ -214,7 +214,7 @@ register(
                                 "AND e.charttime BETWEEN s.intime AND s.intime + INTERVAL 48 HOUR",
                           focus="min", aggregate=True, extreme="low"),
         noise=("missing_evidence", "conflicting_records", "implausible_value", "unit_mismatch", "encoding_corruption",
-               "nonexistent_entity", "lexical_variation", "out_of_scope"),
+               "nonexistent_entity", "lexical_variation"),
         entity_ref="stay_id", lexical="lab", premise=ICU48_PREMISE,
         description="lowest lab value in the first 48 hours of an ICU stay",
     ),
@@ -237,7 +237,7 @@ register(
                           f"AND e.charttime < ({FIRST_PRESSOR})", bounds=MAP_BOUNDS, focus="min", aggregate=True,
                           extreme="low"),
         noise=("duplicate_records", "out_of_window", "conflicting_records", "implausible_value",
-               "encoding_corruption", "nonexistent_entity", "out_of_scope"),
+               "encoding_corruption", "nonexistent_entity"),
         entity_ref="stay_id", description="hypotensive MAP readings before the first vasopressor",
     ),
     Template(
@@ -258,7 +258,7 @@ register(
                                 "AND e.charttime BETWEEN s.intime AND s.intime + INTERVAL 24 HOUR",
                           bounds=TEMP_BOUNDS, focus="max", aggregate=True),
         noise=("missing_evidence", "conflicting_records", "implausible_value", "encoding_corruption",
-               "nonexistent_entity", "out_of_scope"),
+               "nonexistent_entity"),
         entity_ref="stay_id", description="peak temperature in °C over both temperature items, first ICU day",
     ),
     Template(
@@ -280,7 +280,7 @@ register(
                           key=("micro_specimen_id", "test_itemid", "org_itemid", "isolate_num", "ab_itemid"),
                           id_col="microevent_id", time_col="charttime", window=ADMISSION_WINDOW,
                           store_col="storetime", category_col="org_name", focus="first"),
-        noise=("missing_evidence", "out_of_window", "nonexistent_entity", "out_of_scope"),
+        noise=("missing_evidence", "out_of_window", "nonexistent_entity"),
         entity_ref="hadm_id", description="hours from the first blood culture to the first antibiotic dose",
     ),
     Template(
@@ -301,7 +301,7 @@ register(
                           key=("micro_specimen_id", "test_itemid", "org_itemid", "isolate_num", "ab_itemid"),
                           id_col="microevent_id", time_col="charttime", window=ADMISSION_WINDOW,
                           store_col="storetime", category_col="org_name", focus="first"),
-        noise=("missing_evidence", "out_of_window", "conflicting_records", "nonexistent_entity", "out_of_scope"),
+        noise=("missing_evidence", "out_of_window", "conflicting_records", "nonexistent_entity"),
         entity_ref="hadm_id", description="organisms grown in cultures drawn before the first antibiotic",
     ),
     Template(
@@ -322,7 +322,7 @@ WHERE careunit IN ({ICU_CAREUNITS}) AND eventtype IN ('admit', 'transfer') AND o
                           "AND e.eventtype IN ('admit', 'transfer')", key=("hadm_id", "intime"),
                           id_col="transfer_id", time_col="intime", window=ADMISSION_WINDOW, category_col="careunit",
                           focus="first"),
-        noise=("missing_evidence", "duplicate_records", "nonexistent_entity", "out_of_scope"),
+        noise=("missing_evidence", "duplicate_records", "nonexistent_entity"),
         entity_ref="hadm_id", description="total hours in intensive care units over the transfers of an admission",
     ),
     Template(
@@ -366,8 +366,7 @@ WHERE careunit IN ({ICU_CAREUNITS}) AND eventtype IN ('admit', 'transfer') AND o
         evidence=Evidence(table="procedureevents", where="e.stay_id = {stay_id} AND e.itemid = {itemid}",
                           key=("stay_id", "itemid", "starttime"), id_col="orderid", time_col="starttime",
                           window=ICU_WINDOW, store_col="storetime", value_col="value", focus="first"),
-        noise=("missing_evidence", "out_of_window", "nonexistent_entity", "false_premise", "lexical_variation",
-               "out_of_scope"),
+        noise=("missing_evidence", "out_of_window", "nonexistent_entity", "false_premise", "lexical_variation"),
         entity_ref="stay_id", lexical="procedure", premise=PROC_PREMISE,
         description="hours from ICU admission to the first ICU procedure of a kind",
     ),
@@ -389,7 +388,7 @@ WHERE careunit IN ({ICU_CAREUNITS}) AND eventtype IN ('admit', 'transfer') AND o
         evidence=Evidence(**CHART_EVIDENCE, where=f"e.stay_id = {{stay_id}} AND e.itemid IN ({MAP_IDS}) AND "
                           + ON_PRESSOR, bounds=MAP_BOUNDS, focus="min", aggregate=True, extreme="low"),
         noise=("missing_evidence", "conflicting_records", "implausible_value", "encoding_corruption",
-               "nonexistent_entity", "out_of_scope"),
+               "nonexistent_entity"),
         entity_ref="stay_id", description="lowest MAP during vasopressor infusions",
     ),
 )
