@@ -382,6 +382,7 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 def benchmark_mismatch(bench_dir: str | Path, db_path: str | Path, config: Any, seed: int) -> str | None:
     """Why an existing benchmark directory cannot be reused for (db, config, seed); None if it can."""
+    from ehrgym.bench.build import builder_code_hash
     from ehrgym.bench.configs import get_config
     from ehrgym.db.connect import open_database, read_meta
 
@@ -397,8 +398,9 @@ def benchmark_mismatch(bench_dir: str | Path, db_path: str | Path, config: Any, 
     finally:
         con.close()
     have = {"config": manifest.get("config"), "seed": manifest.get("seed"),
-            "db_content_hash": manifest.get("db_content_hash")}
-    want = {"config": get_config(config).to_dict(), "seed": seed, "db_content_hash": db_hash}
+            "db_content_hash": manifest.get("db_content_hash"), "builder code": manifest.get("builder_code_hash")}
+    want = {"config": get_config(config).to_dict(), "seed": seed, "db_content_hash": db_hash,
+            "builder code": builder_code_hash()}
     diff = [k for k in want if have[k] != want[k]]
     if diff:
         return "it differs in " + ", ".join(diff)
@@ -408,7 +410,8 @@ def benchmark_mismatch(bench_dir: str | Path, db_path: str | Path, config: Any, 
 def ensure_benchmark(db_path: str | Path, bench_dir: str | Path, *, config: Any = "paper", seed: int = 0,
                      force: bool = False, progress: bool = True) -> StageResult:
     """Build (or reuse) the Clean–Noise benchmark of ``db_path`` in ``bench_dir``; an existing one is
-    reused when its manifest names the same config, seed and database content hash. ``config`` is a
+    reused when its manifest names the same config, seed, database content hash and builder code
+    (:func:`~ehrgym.bench.build.builder_code_hash`: templates or noise edited → rebuilt). ``config`` is a
     config name (``small``/``paper``) or a :class:`~ehrgym.bench.configs.BuildConfig`."""
     from ehrgym.bench.build import build_benchmark
 

@@ -13,6 +13,7 @@ import duckdb
 import pytest
 
 from ehrgym import pipeline
+from ehrgym.bench.build import builder_code_hash
 from ehrgym.bench.configs import BuildConfig
 from ehrgym.pipeline import PipelineConfig, PipelineError
 
@@ -154,6 +155,13 @@ def test_benchmark_reuse_and_rebuild(synth_db: Path, tiny_bench: tuple[Path, pip
     assert not again.built and again.info["content_hash"] == first.info["content_hash"]
     assert "seed" in pipeline.benchmark_mismatch(bench, synth_db, TINY, 1)
     assert "config" in pipeline.benchmark_mismatch(bench, synth_db, "small", 0)
+    manifest = json.loads((bench / "manifest.json").read_text())
+    assert manifest["builder_code_hash"] == builder_code_hash()
+    stale = {**manifest, "builder_code_hash": "0" * 64}  # built before templates or noise changed
+    (bench / "manifest.json").write_text(json.dumps(stale))
+    assert "builder code" in pipeline.benchmark_mismatch(bench, synth_db, TINY, 0)
+    (bench / "manifest.json").write_text(json.dumps({k: v for k, v in manifest.items() if k != "builder_code_hash"}))
+    assert "builder code" in pipeline.benchmark_mismatch(bench, synth_db, TINY, 0)
     (bench / "manifest.json").unlink()                  # an interrupted build is rebuilt
     assert pipeline.benchmark_mismatch(bench, synth_db, TINY, 0) == "no readable manifest.json"
     rebuilt = pipeline.ensure_benchmark(synth_db, bench, config=TINY, seed=0, progress=False)

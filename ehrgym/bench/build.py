@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections import Counter
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -16,6 +18,24 @@ from ehrgym.bench.dataset import write_benchmark
 from ehrgym.bench.splits import assign_splits
 from ehrgym.bench.task import Task
 from ehrgym.bench.templates.base import Template
+
+
+# the code that decides what a build contains: the builder, templates, noise and validity checks, and the
+# database layer they read through (overlays, schema)
+BUILDER_SOURCES = ("bench", "db", "vocab.py")
+
+
+@lru_cache(maxsize=1)
+def builder_code_hash() -> str:
+    """sha256 over the source files of :data:`BUILDER_SOURCES` (paths and bytes): a benchmark built by
+    other code is not reused (``ehrgym.pipeline.benchmark_mismatch``), however equal its config."""
+    root = Path(__file__).resolve().parents[1]
+    files = sorted(f for s in BUILDER_SOURCES for f in ((root / s).rglob("*.py") if (root / s).is_dir()
+                                                          else [root / s]))
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 @dataclass
@@ -80,7 +100,7 @@ def build_benchmark(db: str | Path, out: str | Path, config: str | BuildConfig =
         "format_version": BENCHMARK_FORMAT_VERSION, "config": cfg.to_dict(), "seed": int(seed),
         "db_path": str(Path(db).resolve()), "db_content_hash": bookkeeping.get("content_hash"),
         "db_source": bookkeeping.get("source", "unknown"), "db_release": bookkeeping.get("release"),
-        "ood_templates": held,
+        "ood_templates": held, "builder_code_hash": builder_code_hash(),
     }
     t_write = time.perf_counter()
     report["timings_seconds"]["writing"] = None
