@@ -80,6 +80,9 @@ def test_question_text_does_not_reveal_the_variant(validity):
 
 def test_query_level_target(validity):
     assert validity["clean_vs_noise_query"]["accuracy"] <= 0.60, validity["clean_vs_noise_query"]
+    for r in validity.values():  # every accuracy comes with the interval chance alone allows
+        lo, hi = r["interval95"]
+        assert lo <= r["accuracy"] <= hi and hi - lo < 0.3, r
 
 
 def test_query_noise_does_not_reveal_the_expected_outcome(validity):

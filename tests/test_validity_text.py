@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 from scipy import sparse
 
-from ehrgym.bench.validity.text import _features, _fit_rows, _logreg, _matrix, _unique_matrix, _vocabulary, fit_probe
+from ehrgym.bench.validity.text import _features, _fit_rows, _logreg, _matrix, _unique_matrix, _vocabulary, fit_probe, \
+    interval95
 
 QUESTIONS = ["What was the first potassium of patient 1?", "What was the target potassium of patient 1?",
              "What was the first potassium of patient 1?", "How many ICU stays did patient 2 have?",
@@ -43,3 +44,11 @@ def test_the_probe_learns_a_cue_word():
     model = fit_probe(texts, labels, [str(i % 40) for i in range(80)])
     assert model.predict(["What was the target potassium of patient 99?",
                           "What was the first potassium of patient 99?"]).tolist() == [1, 0]
+
+
+def test_the_interval_says_how_far_chance_moves_an_accuracy():
+    lo, hi = interval95(314, 504)  # 0.623 on the paper build's 504 query-level test questions
+    assert lo < 0.623 < hi and 0.57 < lo < 0.59 and 0.66 < hi < 0.67
+    assert interval95(0, 10)[0] == 0.0 and interval95(10, 10)[1] == 1.0
+    wide, narrow = interval95(30, 50), interval95(600, 1000)
+    assert wide[1] - wide[0] > narrow[1] - narrow[0]

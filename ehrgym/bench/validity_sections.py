@@ -58,10 +58,12 @@ def text_classifier(ctx: ValidityContext) -> dict[str, Any]:
     report = text_validity(ctx.tasks, workers=ctx.workers)
     md = ["A classifier that reads only the question text, trained on the train split and scored on the test "
           "split (chance 0.5 for clean vs noisy; the majority rate for answer vs abstain).", "",
-          "| probe | accuracy | majority | test questions |", "|---|---|---|---|"]
+          "| probe | accuracy | 95 % interval | majority | test questions |", "|---|---|---|---|---|"]
     for name, r in report.items():
         if isinstance(r, dict) and "accuracy" in r:
-            md.append(f"| {name} | {r.get('accuracy')} | {r.get('majority', r.get('chance'))} | {r.get('n_test', '')} |")
+            ci = "–".join(str(v) for v in r.get("interval95", []))
+            md.append(f"| {name} | {r.get('accuracy')} | {ci} | {r.get('majority', r.get('chance'))} | "
+                      f"{r.get('n_test', '')} |")
     return {**report, "markdown": md}
 
 
