@@ -85,7 +85,9 @@ def verified_pairs(builder: Builder, template: Template, candidates: int = 30) -
 def test_yields_verified_pairs(builder, template):
     made = verified_pairs(builder, template)
     assert sum(made.values()) >= 8, (template.id, dict(made))
-    assert len(made) >= 3, (template.id, dict(made))  # several subtypes, not one
+    # several subtypes, not one (or every one a template lists, where it lists fewer: the Charlson index lists
+    # two since questions that name nothing to swap get no out-of-scope twin)
+    assert len(made) >= min(3, len(template.noise)), (template.id, dict(made))
 
 
 # ---------------------------------------------------------------- independent pandas computations
