@@ -171,3 +171,16 @@ def test_templates_that_name_nothing_to_swap_get_no_out_of_scope_twin():
         names = bool(t.lexical) and any("{" + t.lexical + "}" in p for p in t.paraphrases)
         assert oos.applies(t) == (names and "out_of_scope" in t.noise), t.id
     assert sum(oos.applies(t) for t in all_templates()) >= 50
+
+
+def test_out_of_scope_measurements_name_only_places_whose_records_the_database_cannot_hold():
+    # labevents, microbiologyevents and omr hold the hospital's own outpatient results: a "primary care potassium"
+    # or a "community clinic urine culture" may well be in the database, so an out-of-scope label would be wrong
+    from ehrgym.bench.noise.scope import swap_phrases
+
+    clinics = ("primary care", "community clinic", "urgent care")
+    for kind in ("lab", "vital", "output", "specimen", "organism", "antibiotic"):
+        for phrase in swap_phrases(kind, "X", at_clause_end=True):
+            assert not any(c in phrase for c in clinics), (kind, phrase)
+    # names keep the clean twin's spelling: only the qualifier differs
+    assert all("Potassium" in p for p in swap_phrases("lab", "Potassium", False)[:5])

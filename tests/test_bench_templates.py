@@ -360,3 +360,29 @@ def test_concept_variants_reach_the_lexicon():
     for domain in DOMAINS:
         for c in concepts(domain):
             assert set(c.variants) <= set(variants(c.name)), (domain, c.name)
+
+
+def test_cleaned_relations_read_the_concept_rows_only(synth_db):
+    # a robust relation first selects the rows of the concept the question names (fast: DuckDB pushes the
+    # constant item list into the cleaners' windows and joins); every template whose evidence declares its
+    # concept must then give the same answer as over the whole table, or its robust gold would drop rows it reads
+    from ehrgym.bench.noise.cleaning import concept_rows, plain_relation
+    from ehrgym.bench.sampling import sample_candidates
+    from ehrgym.bench.verify import PairVerifier
+
+    verifier = PairVerifier(synth_db)
+    checked, narrowed = 0, 0
+    try:
+        for t in all_templates():
+            if not t.evidence.item_concepts:
+                continue
+            for c in sample_candidates(verifier.con, t, 3, 0)[:3]:
+                selected = concept_rows(t, c.params)
+                narrowed += selected != plain_relation(t)[t.evidence.table]
+                whole = verifier.value(render_sql(t.gold_sql, c.params, plain_relation(t)), t.answer)
+                part = verifier.value(render_sql(t.gold_sql, c.params, {t.evidence.table: selected}), t.answer)
+                assert (whole is None and part is None) or answers_match(whole, part, t.answer), (t.id, c.params)
+                checked += 1
+    finally:
+        verifier.close()
+    assert checked >= 60 and narrowed >= 60

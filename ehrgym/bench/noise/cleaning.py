@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
+from ehrgym.bench.concepts import get_concept
 from ehrgym.bench.noise.bounds import plausible_range
 from ehrgym.bench.noise.units import conversion_for
 from ehrgym.bench.templates.base import Evidence, Template
 from ehrgym.db.items import item_reference
 from ehrgym.db.schema import table_spec
+from ehrgym.errors import BenchmarkError
 
 Cleaner = Callable[[Template, Mapping[str, Any], str], str]
 
@@ -105,9 +107,34 @@ ALL_CLEANERS: tuple[Cleaner, ...] = (parse_text, convert_units, drop_implausible
                                      drop_valueless, deduplicate)
 
 
+def concept_rows(t: Template, params: Mapping[str, Any]) -> str:
+    """The evidence table restricted to the items of the concept the question names (and the item a unit
+    conversion reads), or the plain table where the evidence declares no concept.
+
+    A careful analyst selects the concept's rows before cleaning them, and DuckDB can then push the
+    constant item list into a cleaner's window or join: deduplicating one concept of a 5M-row
+    ``labevents`` takes 0.08 s against 1.5 s for the whole table. The gold reads only the
+    concept's rows, so the answer is the same (``test_cleaned_relations_read_the_concept_rows_only``)."""
+    ev = t.evidence
+    label = params.get("label")
+    if not ev.item_concepts or not isinstance(label, str):
+        return _plain(t)
+    try:
+        items = set(get_concept(ev.item_concepts, label).itemids)
+    except BenchmarkError:
+        return _plain(t)
+    conv = conversion_for(params.get(ev.item_param)) if ev.item_param else None
+    if conv is not None and conv.alt_itemid is not None:
+        items.add(conv.alt_itemid)
+    if not items:
+        return _plain(t)
+    return f"(SELECT * FROM {_plain(t)} WHERE itemid IN ({', '.join(str(i) for i in sorted(items))}))"
+
+
 def relation(t: Template, params: Mapping[str, Any], cleaners: tuple[Cleaner, ...]) -> dict[str, str]:
-    """The ``{table: sql}`` relation map for a template's gold SQL, cleaned by ``cleaners``."""
-    sql = _plain(t)
+    """The ``{table: sql}`` relation map for a template's gold SQL, cleaned by ``cleaners`` (over the
+    concept's rows, :func:`concept_rows`)."""
+    sql = concept_rows(t, params) if cleaners else _plain(t)
     for cleaner in cleaners:
         sql = cleaner(t, params, sql)
     return {t.evidence.table: sql}

@@ -42,44 +42,46 @@ class Swap:
 
 
 # Qualifier pools (reviewed: each qualified name is data a clinician could want that this schema
-# cannot hold). Many distinct, individually rare qualifiers: real out-of-scope questions are as
-# varied as clinicians, and no single cue word marks them.
-# "home" is in no pool: a question says "home" only where its own context does (``LINKED_PLACES``), so the
+# cannot hold, and reads as clinical English before that kind of name: "target INR", "prehospital
+# heart rate", "preadmission furosemide", "cancelled blood culture"). Many distinct, individually
+# rare qualifiers: real out-of-scope questions are as varied as clinicians, and no single cue word
+# marks them. Words that made ungrammatical phrases ("hoped vancomycin", "advised urine culture",
+# "family's band count", "desired propofol") are in no pool.
+# "home" is in no pool: a question says "home" only where its own context names it (``LINKED_PLACES``), so the
 # word is as common in clean twins as in noisy ones (in the pools it was the probe's strongest cue)
 ELSEWHERE = ("referring hospital", "transferring hospital", "sending facility", "outside hospital", "urgent care",
-             "primary care", "assisted living", "rehab facility", "community clinic", "dialysis center")
-REPORTED = ("recalled", "remembered", "estimated", "family's", "caregiver's", "self-measured", "smartwatch",
-            "wearable")
-INTENDED = ("target", "goal", "desired", "intended", "predicted", "anticipated", "hoped", "planned",
-            "recommended", "suggested", "advised")
-LATER = ("post discharge", "six week", "three month", "one year", "next visit")
+             "primary care", "community clinic", "dialysis center", "rehab facility")
+# results and specimens from clinics may be the hospital's own outpatient ones (labevents, microbiologyevents and
+# omr hold those): measurements take only places whose records this database cannot hold
+OUTSIDE = ("referring hospital", "transferring hospital", "sending facility", "outside hospital", "dialysis center")
+PLANNED = ("intended", "planned", "recommended")
+DEVICES = ("self-measured", "smartwatch", "wearable")
 SWAPS: dict[str, Swap] = {
     "lab": Swap(
-        qualifiers=INTENDED[:7] + REPORTED[:5] + ELSEWHERE,
+        qualifiers=("target", "goal", "pretransfer") + OUTSIDE,
         related=("echocardiographic ejection fraction", "QTc interval", "cardiac MRI ejection fraction",
                  "bone density T-score", "CT liver attenuation"),
         post=("{x} quoted in the discharge summary", "{x} the team was aiming for", "{x} reported by the referring "
               "hospital"),
     ),
     "vital": Swap(
-        qualifiers=INTENDED[:7] + REPORTED + ELSEWHERE + ("prehospital", "paramedic", "ambulance"),
+        qualifiers=("target", "goal", "prehospital", "paramedic", "ambulance") + DEVICES + OUTSIDE + ("rehab facility",),
         related=("echocardiographic ejection fraction", "QRS duration", "self-rated pain score", "smartwatch step count"),
         post=("{x} quoted in the discharge summary", "{x} the team was aiming for", "{x} measured by the paramedics"),
     ),
     "output": Swap(
-        qualifiers=INTENDED[:6] + REPORTED[:5] + ELSEWHERE[5:] + ("prehospital", "ambulance"),
-        related=("post discharge drain",),
+        qualifiers=("target", "goal", "prehospital") + OUTSIDE[3:] + ("rehab facility",),
+        related=("post discharge drain output",),
         post=("{x} the nurses estimated in their notes", "{x} the team was aiming for"),
     ),
     "drip": Swap(
-        qualifiers=INTENDED + ELSEWHERE[:5] + ("ambulance", "prehospital", "infusion-center", "target dose"),
+        qualifiers=PLANNED + ELSEWHERE[:5] + ("ambulance", "prehospital", "infusion-center"),
         related=("outside hospital sedative", "prehospital epinephrine"),
         post=("{x} the team intended to give", "{x} started by the paramedics"),
     ),
     "drug": Swap(
-        qualifiers=INTENDED[3:] + REPORTED[:4] + ELSEWHERE + LATER[:1]
-        + ("preadmission", "over the counter", "previously declined", "discharge"),
-        related=("herbal supplement", "over-the-counter pain reliever", "rescue inhaler the patient carried"),
+        qualifiers=PLANNED + ELSEWHERE + ("post discharge", "preadmission", "over the counter", "previously declined"),
+        related=("herbal supplement", "over-the-counter pain reliever", "rescue inhaler"),
         post=("{x} the patient took before admission", "{x} the team planned for after discharge",
               "{x} the patient declined"),
     ),
@@ -94,29 +96,29 @@ SWAPS: dict[str, Swap] = {
               "a condition seen on the chest CT", "the admitting physician's working diagnosis"),
     ),
     "procedure": Swap(
-        qualifiers=INTENDED[3:] + ("deferred", "declined", "cancelled", "previously scheduled"),
+        qualifiers=PLANNED + ("deferred", "declined", "cancelled", "previously scheduled"),
         post=("{x} the team planned but did not do", "{x} done at another hospital",
               "the operation the surgeon recommended", "an outpatient colonoscopy after discharge"),
     ),
     "specimen": Swap(
-        qualifiers=INTENDED[7:] + ELSEWHERE + ("cancelled", "pretransfer", "self collected"),
+        qualifiers=PLANNED[1:] + OUTSIDE + ("cancelled", "pretransfer", "self-collected"),
         related=("outside hospital swab",),
         post=("{x} sent at the referring hospital", "{x} the team planned to send"),
     ),
     "organism": Swap(
-        qualifiers=ELSEWHERE + ("suspected", "presumed", "previously colonising", "empirically covered",
+        qualifiers=OUTSIDE + ("suspected", "presumed", "previously colonising", "empirically covered",
                                 "radiology suspected", "clinically suspected"),
         post=("{x} reported by the referring hospital", "{x} that the team suspected",
               "the organism the infectious-disease team suspected"),
     ),
     "antibiotic": Swap(
-        qualifiers=INTENDED[3:] + ELSEWHERE + ("ID recommended", "prophylactic outpatient"),
+        qualifiers=PLANNED + OUTSIDE + ("ID recommended", "preadmission"),
         post=("{x} the team planned to switch to", "{x} taken before admission",
               "the antibiotic the ID consultant recommended"),
     ),
     "admission_type": Swap(
         qualifiers=("cancelled", "patient requested", "declined", "deferred") + ELSEWHERE[:4],
-        post=("{x} admissions the patients later regretted",),
+        post=("{x} admissions the patients had asked to postpone",),
     ),
     "careunit": Swap(
         qualifiers=("requested", "preferred", "originally planned", "declined") + ELSEWHERE[:4],

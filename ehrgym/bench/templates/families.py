@@ -126,7 +126,8 @@ class ConceptEvents:
     def evidence(self, values: bool = True, **fields: Any) -> dict[str, Any]:
         """Evidence fields of a question over the family: ``rows`` (+ ``values``) + ``fields``
         (``where``, ``join``, ``focus`` …)."""
-        return {"table": self.table, **self.rows, **(self.values if values else {}), **fields}
+        return {"table": self.table, **self.rows, **(self.values if values else {}), "item_concepts": self.domain,
+                **fields}
 
     # ------------------------------------------------------------ patient level: one stay
 
