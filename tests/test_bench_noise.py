@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import duckdb
 import numpy as np
 import pytest
@@ -184,3 +186,51 @@ def test_out_of_scope_measurements_name_only_places_whose_records_the_database_c
             assert not any(c in phrase for c in clinics), (kind, phrase)
     # names keep the clean twin's spelling: only the qualifier differs
     assert all("Potassium" in p for p in swap_phrases("lab", "Potassium", False)[:5])
+
+
+def test_susceptibility_twins_name_a_result_another_laboratory_or_an_intent_would_give():
+    # "home vancomycin MIC", "planned vancomycin MIC" or "vancomycin taken before admission" name no susceptibility
+    # result; a referring hospital's result or the MIC of a drug the team intended to switch to do
+    from ehrgym.bench.noise.scope import linked_phrases, swap_phrases
+
+    phrases = swap_phrases("antibiotic", "vancomycin", at_clause_end=True)
+    phrases += linked_phrases("antibiotic", "vancomycin", True, ("home", "outside hospital", "hospice"))
+    assert "outside hospital vancomycin" in phrases
+    for bad in ("home", "planned", "intended", "recommended"):  # before the name: "planned vancomycin MIC"
+        assert not any(re.search(rf"\b{bad}\b", p.split("vancomycin")[0]) for p in phrases if "vancomycin" in p), bad
+    for bad in ("taken", "given"):
+        assert not any(re.search(rf"\b{bad}\b", p) for p in phrases), (bad, phrases)
+
+
+def test_cohort_sentences_tell_only_places_some_admission_of_the_cohort_has():
+    from ehrgym.bench.context import (COHORT_ARRIVAL, COHORT_DEPARTURE, COHORT_SUBJECT, cohort_sentence,
+                                      places_named)
+
+    assert cohort_sentence([], 7) == ("", ())
+    assert cohort_sentence([("EMERGENCY ROOM", "DIED"), (None, None)], 7) == ("", ())  # no place to name
+    cohort = [("EMERGENCY ROOM", "HOME"), ("TRANSFER FROM HOSPITAL", "HOSPICE"), ("PHYSICIAN REFERRAL", "REHAB")]
+    seen = set()
+    for pick in range(0, 1 << 14, 37):
+        sentence, places = cohort_sentence(cohort, pick)
+        parts = sentence.removeprefix(COHORT_SUBJECT).removesuffix(".").split(", and some ")
+        arrivals = [p for p, _ in COHORT_ARRIVAL["TRANSFER FROM HOSPITAL"]]
+        departures = [p for code in ("HOME", "HOSPICE", "REHAB") for p, _ in COHORT_DEPARTURE[code]]
+        assert sentence.startswith(COHORT_SUBJECT) and parts[0] in arrivals and parts[1] in departures, sentence
+        assert places_named(sentence) == places and len(places) == 2
+        seen.add(sentence)
+        # a place is followed by a word, as in the twins that ask about it (not only ever by a full stop)
+        for place in places:
+            assert re.search(rf"\b{place} \w", sentence), sentence
+    assert len(seen) >= 6  # the draw varies the wording and the departure named
+    assert cohort_sentence(cohort, 0) == cohort_sentence(cohort, 0)
+
+
+def test_population_questions_that_read_a_location_tell_no_cohort_course():
+    from ehrgym.bench.context import cohort_eligible
+    from ehrgym.bench.templates.registry import get_template
+
+    assert cohort_eligible(get_template("labs.cohort_mean"))
+    assert not cohort_eligible(get_template("encounters.cohort_post_acute_discharge_rate"))  # reads the discharge
+    assert not cohort_eligible(get_template("encounters.cohort_transfer_in_mortality"))  # reads the arrival
+    assert not cohort_eligible(get_template("diagnoses.cohort_mean_age"))  # evidence rows name no admission
+    assert not cohort_eligible(get_template("labs.first_value_admission"))  # a patient question

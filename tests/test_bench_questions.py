@@ -388,14 +388,30 @@ def test_context_sentences_are_true_of_the_admission(con):
 
 
 def test_every_eligible_question_tells_its_course_and_both_twins_tell_the_same(built, con):
-    from ehrgym.bench.context import ARRIVAL, DEPARTURE, admission_row, eligible
+    from ehrgym.bench.builder import evidence_sql
+    from ehrgym.bench.context import (ARRIVAL, COHORT_ARRIVAL, COHORT_DEPARTURE, COHORT_SUBJECT, DEPARTURE,
+                                      admission_row, cohort_eligible, cohort_locations_sql, eligible)
 
     clean = {t.pair_id: t for t in built if t.variant == "clean"}
-    told = 0
+    told = cohorts = 0
     for t in built:
         context = t.meta.get("context", "")
         assert context == clean[t.pair_id].meta.get("context", "")  # whatever the noise
         template = get_template(t.template_id)
+        if cohort_eligible(template):
+            if t.variant == "clean":  # every phrase is a code some admission of the clean question's cohort has
+                rows = con.execute(cohort_locations_sql(evidence_sql(template, _entity(t.meta["entity"])))).fetchall()
+                phrases = ([p for code in sorted({a for a, _ in rows if a}) for p, _ in COHORT_ARRIVAL.get(code, ())]
+                           + [p for code in sorted({d for _, d in rows if d})
+                              for p, _ in COHORT_DEPARTURE.get(code, ())])
+                assert bool(phrases) == bool(context), (t.question, rows)
+                if context:
+                    assert context.startswith(COHORT_SUBJECT) and context.endswith(".")
+                    parts = context.removeprefix(COHORT_SUBJECT).removesuffix(".").split(", and some ")
+                    assert all(p in phrases for p in parts), (context, rows)
+            assert t.question.endswith(context)
+            cohorts += bool(context)
+            continue
         if not eligible(template, t.meta["entity"]):
             assert not context, t.question  # e.g. a question about the discharge location itself
             continue
@@ -408,6 +424,7 @@ def test_every_eligible_question_tells_its_course_and_both_twins_tell_the_same(b
         assert t.question.endswith(context)
         told += bool(context)
     assert told >= 300
+    assert cohorts >= 300  # population questions tell their cohort's course too
 
 
 def test_out_of_scope_twins_ask_about_the_place_their_context_names(built):

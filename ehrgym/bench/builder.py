@@ -22,7 +22,8 @@ from tqdm import tqdm
 
 from ehrgym.bench.answers import NotComparable, answers_match, format_answer, gold_from_rows
 from ehrgym.bench.complexity import sql_complexity, sql_tables
-from ehrgym.bench.context import admission_row, context_sentence, eligible, with_context
+from ehrgym.bench.context import (admission_row, cohort_eligible, cohort_locations_sql, cohort_sentence,
+                                  context_sentence, eligible, with_context)
 from ehrgym.bench.configs import LEXICAL, MARKED_SUBTYPES, QUERY_ABSTAIN, BuildConfig, balanced_subtypes, plan_quotas
 from ehrgym.bench.noise import INJECTORS, InjectContext, Injection
 from ehrgym.bench.noise.cleaning import plain_relation, relation
@@ -117,7 +118,7 @@ class Builder:
         self.candidates: dict[str, list[Candidate]] = {}
         self.used: dict[str, set[int]] = defaultdict(set)
         self.clean_cache: dict[tuple[str, int], tuple[Any, str] | None] = {}
-        self.context_rows: dict[tuple[str, Any], Any] = {}  # (entity column, id) -> admissions row
+        self.context_rows: dict[tuple[Any, ...], Any] = {}  # (entity column, id) or cohort -> admissions rows
         self.max_ids: dict[tuple[Any, ...], Any] = {}
         self._ineligible: dict[str, Counter] = {}
         self.clean_problem: dict[tuple[str, int], str] = {}
@@ -275,11 +276,17 @@ class Builder:
         return Draft(t, subtype, dict(c.params), clean, noise)
 
     def _context(self, t: Template, c: Candidate) -> tuple[str, tuple[str, ...]]:
-        """Per entity, whatever the noise: the admission's course the questions mention, if any
-        (:mod:`ehrgym.bench.context`); read from the clean database."""
+        """Per entity, whatever the noise: the admission's (or the cohort's) course the questions
+        mention, if any (:mod:`ehrgym.bench.context`); read from the clean database."""
+        pick = int(np.random.default_rng([self.seed, _stable_int(t.id, "context"), c.index]).integers(0, 1 << 30))
+        if cohort_eligible(t):
+            cohort = ("cohort", t.id, c.index)
+            if cohort not in self.context_rows:
+                sql = cohort_locations_sql(evidence_sql(t, c.params))
+                self.context_rows[cohort] = tuple(self.verifier.con.execute(sql).fetchall())
+            return cohort_sentence(self.context_rows[cohort], pick)
         if not eligible(t, c.params):
             return "", ()
-        pick = int(np.random.default_rng([self.seed, _stable_int(t.id, "context"), c.index]).integers(0, 1 << 30))
         key = ("hadm_id", c.params["hadm_id"]) if "hadm_id" in c.params else ("stay_id", c.params["stay_id"])
         if key not in self.context_rows:
             self.context_rows[key] = admission_row(self.verifier.con, c.params)

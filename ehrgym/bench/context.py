@@ -15,11 +15,19 @@ the record does hold. Without it, those words occurred only in out-of-scope twin
 probe recognised them (`paper` build: out of scope 0.89, query level 0.65).
 
 Templates whose answer reads one of these columns get no context (it would give the answer away).
+
+A population question tells its cohort's course the same way, in the plural ("Some of these
+patients were outside hospital transfers, and some went to hospice after discharge."): the
+places are read from the admissions of the question's evidence rows on the clean database, so the
+sentence is true of the cohort the clean question asks about. Without it a population question had
+no words an out-of-scope twin could reuse, and the text probe caught 48 of 51 such twins (`paper`
+build, 1k patients). Population templates whose answer reads the arrival or discharge location get
+none.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 CONTEXT_COLUMNS = ("admission_location", "discharge_location", "admission_type")
 
@@ -56,6 +64,33 @@ KIND: dict[str, tuple[str, ...]] = {
     "SURGICAL SAME DAY ADMISSION": ("It was a planned same-day surgical admission.",),
     "URGENT": ("It was an urgent admission.",),
 }
+
+
+# Population questions: the same places in the plural ("Some of these patients ..."); only codes
+# that name a place, since the sentence exists to tell where the cohort came from or went. Every
+# place is followed by a word, as in the twins that ask about it ("outside hospital potassium"): a
+# place only ever seen before a full stop would itself be a cue to a character-level reader.
+COHORT_ARRIVAL: dict[str, tuple[Phrase, ...]] = {
+    "TRANSFER FROM HOSPITAL": (("were outside hospital transfers", "outside hospital"),
+                               ("came in as referring hospital transfers", "referring hospital"),
+                               ("came from a transferring hospital by transfer", "transferring hospital")),
+    "TRANSFER FROM SKILLED NURSING FACILITY": (("came from a skilled nursing facility by transfer",
+                                                "skilled nursing facility"),
+                                               ("were nursing home transfers", "nursing home")),
+}
+COHORT_DEPARTURE: dict[str, tuple[Phrase, ...]] = {
+    "HOME": (("went home after the stay", "home"), ("went home after discharge", "home")),
+    "HOME HEALTH CARE": (("went home with home health care", "home"),),
+    "SKILLED NURSING FACILITY": (("left for a skilled nursing facility after the stay", "skilled nursing facility"),
+                                 ("went to a skilled nursing facility after discharge", "skilled nursing facility")),
+    "REHAB": (("left for a rehab facility after the stay", "rehab facility"),
+              ("went to a rehab facility after discharge", "rehab facility")),
+    "HOSPICE": (("went to hospice after discharge", "hospice"),),
+    "CHRONIC/LONG TERM ACUTE CARE": (("went to a long-term acute care hospital after discharge",
+                                      "long-term acute care hospital"),),
+}
+COHORT_SUBJECT = "Some of these patients "
+LOCATION_COLUMNS = ("admission_location", "discharge_location")
 
 
 def eligible(template: Any, params: dict[str, Any]) -> bool:
@@ -98,14 +133,52 @@ def context_sentence(row: tuple[str | None, str | None, str | None] | None,
     return " ".join(parts), tuple(place for _, place in chosen if place)
 
 
+def cohort_eligible(template: Any) -> bool:
+    """A population question whose evidence rows name their admission and whose answer reads neither
+    location column (a question about where patients went gets no sentence saying where some went)."""
+    from ehrgym.db.schema import table_spec
+
+    if template.level != "population":
+        return False
+    text = (template.gold_sql + " " + template.sampler_sql).lower()
+    if any(c in text for c in LOCATION_COLUMNS):
+        return False
+    return "hadm_id" in table_spec(template.evidence.table).column_names
+
+
+def cohort_locations_sql(evidence_sql: str) -> str:
+    """The distinct (admission_location, discharge_location) of the admissions of some evidence rows."""
+    return ("SELECT DISTINCT a.admission_location, a.discharge_location FROM mimiciv_hosp.admissions a\n"
+            f"WHERE a.hadm_id IN (SELECT ev.hadm_id FROM ({evidence_sql}) ev)\nORDER BY 1, 2")
+
+
+def cohort_sentence(locations: Sequence[tuple[str | None, str | None]], pick: int) -> tuple[str, tuple[str, ...]]:
+    """The plural sentence of a cohort (``""`` if none of its admissions names a place) and its places:
+    one arrival and one departure place that some admission of the cohort has, drawn by ``pick``."""
+    arrivals = sorted({a for a, _ in locations if a in COHORT_ARRIVAL})
+    departures = sorted({d for _, d in locations if d in COHORT_DEPARTURE})
+    chosen: list[Phrase] = []
+    if arrivals:
+        options = COHORT_ARRIVAL[arrivals[pick % len(arrivals)]]
+        chosen.append(options[(pick >> 4) % len(options)])
+    if departures:
+        options = COHORT_DEPARTURE[departures[(pick >> 8) % len(departures)]]
+        chosen.append(options[(pick >> 12) % len(options)])
+    if not chosen:
+        return "", ()
+    sentence = COHORT_SUBJECT + ", and some ".join(p for p, _ in chosen) + "."
+    return sentence, tuple(place for _, place in chosen if place)
+
+
 def with_context(question: str, sentence: str) -> str:
     return f"{question} {sentence}" if sentence else question
 
 
 def places_named(sentence: str) -> tuple[str, ...]:
-    """The places a context sentence names (as :func:`context_sentence` returns them)."""
-    found = []
-    for table in (ARRIVAL, DEPARTURE):
+    """The places a context sentence names (as :func:`context_sentence` and :func:`cohort_sentence` return them)."""
+    found = []  # (where the phrase is, its place): the places in the sentence's order
+    for table in (ARRIVAL, DEPARTURE, COHORT_ARRIVAL, COHORT_DEPARTURE):
         for phrases in table.values():
-            found += [place for phrase, place in phrases if place and f" {phrase}" in f" {sentence}"]
-    return tuple(dict.fromkeys(found))
+            found += [(f" {sentence}".find(f" {phrase}"), place) for phrase, place in phrases
+                      if place and f" {phrase}" in f" {sentence}"]
+    return tuple(dict.fromkeys(place for _, place in sorted(found)))

@@ -126,7 +126,7 @@ def concept_rows(t: Template, params: Mapping[str, Any]) -> str:
     conv = conversion_for(params.get(ev.item_param)) if ev.item_param else None
     if conv is not None and conv.alt_itemid is not None:
         items.add(conv.alt_itemid)
-    if not items:
+    if not items:  # an empty IN () list is not SQL
         return _plain(t)
     return f"(SELECT * FROM {_plain(t)} WHERE itemid IN ({', '.join(str(i) for i in sorted(items))}))"
 

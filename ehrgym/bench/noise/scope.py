@@ -111,10 +111,12 @@ SWAPS: dict[str, Swap] = {
         post=("{x} reported by the referring hospital", "{x} that the team suspected",
               "the organism the infectious-disease team suspected"),
     ),
+    # the antibiotic of a susceptibility result ("the vancomycin MIC"): a result another laboratory reported, or the
+    # MIC of a drug chosen by an intent; not "planned vancomycin MIC" or "vancomycin taken before admission", which
+    # name no susceptibility result at all
     "antibiotic": Swap(
-        qualifiers=PLANNED + OUTSIDE + ("ID recommended", "preadmission"),
-        post=("{x} the team planned to switch to", "{x} taken before admission",
-              "the antibiotic the ID consultant recommended"),
+        qualifiers=OUTSIDE + ("pretransfer", "preadmission"),
+        post=("{x} the team planned to switch to", "the antibiotic the ID consultant recommended"),
     ),
     "admission_type": Swap(
         qualifiers=("cancelled", "patient requested", "declined", "deferred") + ELSEWHERE[:4],
@@ -176,13 +178,14 @@ LINKED_PLACES: dict[str, tuple[str, ...]] = {
     "lab": HOSPITALS + FACILITIES, "specimen": HOSPITALS + FACILITIES, "organism": HOSPITALS + FACILITIES,
     "vital": HOSPITALS + FACILITIES + ("home",), "output": HOSPITALS + FACILITIES + ("home",),
     "drip": HOSPITALS + FACILITIES, "drug": HOSPITALS + FACILITIES + ("home",),
-    "antibiotic": HOSPITALS + FACILITIES + ("home",), "diagnosis": HOSPITALS + FACILITIES,
+    # a susceptibility result reported by another laboratory; no "home vancomycin MIC"
+    "antibiotic": HOSPITALS + FACILITIES, "diagnosis": HOSPITALS + FACILITIES,
     "procedure": HOSPITALS + FACILITIES,
 }
 LINKED_POST: dict[str, tuple[str, ...]] = {
     "diagnosis": ("{x} diagnosed at the {p}", "{x} recorded by the {p}"),
     "procedure": ("{x} done at the {p}",),
-    "drug": ("{x} given at the {p}",), "antibiotic": ("{x} given at the {p}",),
+    "drug": ("{x} given at the {p}",),
     "lab": ("{x} measured at the {p}",), "vital": ("{x} measured at the {p}",),
 }
 

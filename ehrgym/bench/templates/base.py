@@ -62,8 +62,9 @@ class Evidence:
     store_col: str | None = None  # a store/update time shifted on re-stored copies
     extreme: str = "high"  # which corrupted extreme moves the answer: high | low (min-type answers)
     category_col: str | None = None  # categorical answer column (care unit …) for conflicts/moves
-    # concept domain (ehrgym.bench.concepts) of the concept ``{label}`` names: its item ids (``item_col``) select the
-    # rows the answer reads, so a robust relation cleans those rows only (see ``cleaning.relation``)
+    # concept domain (ehrgym.bench.concepts) of the concept ``{label}`` names: its item ids select, by the table's
+    # ``itemid`` column (every concept-event table names it so), the rows the answer reads, so a robust relation
+    # cleans those rows only (see ``cleaning.concept_rows``)
     item_concepts: str | None = None
 
     def __post_init__(self) -> None:
