@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import duckdb
 import numpy as np
@@ -234,3 +235,62 @@ def test_population_questions_that_read_a_location_tell_no_cohort_course():
     assert not cohort_eligible(get_template("encounters.cohort_transfer_in_mortality"))  # reads the arrival
     assert not cohort_eligible(get_template("diagnoses.cohort_mean_age"))  # evidence rows name no admission
     assert not cohort_eligible(get_template("labs.first_value_admission"))  # a patient question
+
+
+def test_only_injectors_that_declare_reads_places_read_the_places_of_the_context():
+    """The builder reads a question's context before injecting only for ``reads_places`` injectors
+    (others get no places): a ``.places`` read anywhere else in the noise package would silently see none."""
+    import ast
+    import inspect
+
+    import ehrgym.bench.noise as noise_pkg
+
+    by_name = {type(inj).__name__: inj for inj in INJECTORS.values()}
+    readers: set[str] = set()
+    for path in sorted(Path(inspect.getfile(noise_pkg)).parent.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                reads = any(isinstance(n, ast.Attribute) and n.attr == "places" and isinstance(n.ctx, ast.Load)
+                            for n in ast.walk(node))
+                if reads:
+                    readers.add(node.name)
+        outside = [n for n in tree.body if not isinstance(n, ast.ClassDef)
+                   and any(isinstance(a, ast.Attribute) and a.attr == "places" for a in ast.walk(n))]
+        assert not outside, f"{path.name}: a function outside an injector reads .places"
+    assert readers <= set(by_name), readers - set(by_name)
+    assert {n for n, inj in by_name.items() if inj.reads_places} == readers
+    assert readers == {"OutOfScope"}
+
+
+def test_every_place_a_context_names_is_followed_by_a_word():
+    # "was discharged home." put "home" only ever before a full stop in clean twins and before a noun
+    # ("home furosemide") in out-of-scope twins: the character n-gram "home " was the probe's strongest cue
+    from ehrgym.bench.context import ARRIVAL, COHORT_ARRIVAL, COHORT_DEPARTURE, DEPARTURE
+
+    for table in (ARRIVAL, DEPARTURE, COHORT_ARRIVAL, COHORT_DEPARTURE):
+        for code, phrases in table.items():
+            for phrase, place in phrases:
+                if place is not None:
+                    assert re.search(rf"\b{re.escape(place)} \w", phrase), (code, phrase)
+    # and so is every place an out-of-scope twin names ("home furosemide", "… given by the hospice staff")
+    from ehrgym.bench.noise.scope import LINKED_PLACES, linked_phrases
+
+    for kind, places in LINKED_PLACES.items():
+        for place in places:
+            phrases = linked_phrases(kind, "X", True, (place,))
+            assert phrases, (kind, place)
+            for phrase in phrases:
+                assert re.search(rf"\b{re.escape(place)} \w", phrase), (kind, phrase)
+
+
+def test_out_of_scope_phrases_carry_no_hyphen_a_clean_question_lacks():
+    # a hyphen is a word to a text reader; clean questions have them in dates and ranges only
+    from ehrgym.bench.noise.scope import LINKED_PLACES, SWAPS, linked_phrases, swap_phrases
+
+    for kind in SWAPS:
+        for phrase in swap_phrases(kind, "X", at_clause_end=True):
+            assert "-" not in phrase, (kind, phrase)
+        places = tuple(p for p in LINKED_PLACES.get(kind, ()) if "-" not in p)
+        for phrase in linked_phrases(kind, "X", True, places):
+            assert "-" not in phrase, (kind, phrase)

@@ -383,7 +383,7 @@ def test_context_sentences_are_true_of_the_admission(con):
             said += bool(sentence)
     assert said >= 600  # most admissions have a course to tell
     assert context_sentence(("TRANSFER FROM HOSPITAL", "DIED", "EW EMER."), 0) == (
-        "The patient was transferred from an outside hospital.", ("outside hospital",))
+        "The patient was an outside hospital transfer.", ("outside hospital",))
     assert context_sentence(None, 0) == ("", ())
 
 
@@ -429,10 +429,12 @@ def test_every_eligible_question_tells_its_course_and_both_twins_tell_the_same(b
 
 def test_out_of_scope_twins_ask_about_the_place_their_context_names(built):
     """Where the course names a place this database holds nothing from, the out-of-scope twin asks
-    about that place in the same words: no word of the swap is missing from the clean twin."""
+    about that place in the same words about half the time (``LINKED_SHARE``: each such twin names its
+    place twice), and then no word of the swap but a preposition or verb is missing from the clean twin."""
+    from ehrgym.bench.noise.query import LINKED_SHARE
     from ehrgym.bench.noise.scope import LINKED_PLACES, ends_clause, linked_phrases, slot_kind
 
-    linked = 0
+    linked = could = 0
     for clean, noisy in _pairs(built, "out_of_scope"):
         places = places_named(clean.meta.get("context", ""))
         t = get_template(clean.template_id)
@@ -444,10 +446,13 @@ def test_out_of_scope_twins_ask_about_the_place_their_context_names(built):
                 usable = []
         if not usable:
             continue
+        could += 1
         asked = noisy.question.removesuffix(" " + clean.meta["context"])
-        assert any(p in asked for p in usable), (clean.question, noisy.question)
+        if not any(p in asked for p in usable):
+            continue
         extra = set(re.findall(r"[a-z]+", asked.lower())) - set(re.findall(r"[a-z]+", clean.question.lower()))
         if noisy.noise.question_edit["param"]:
-            assert not extra - {"at", "the", "measured", "given", "done", "diagnosed", "recorded", "by"}, extra
+            assert not extra - {"at", "the", "by", "in", "measured", "given", "done", "diagnosed", "recorded",
+                                "taken", "staff", "team", "chart", "after", "discharge"}, extra
         linked += 1
-    assert linked >= 10
+    assert linked >= 5 and abs(linked / could - LINKED_SHARE) <= 0.25, (linked, could)

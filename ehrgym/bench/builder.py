@@ -213,7 +213,7 @@ class Builder:
         shown = shown_params(t, c.params, self._display_draw(t, c))
         with _Clock(self.stats, "verification"):
             self.verifier.clean()
-            context, places = self._context(t, c)
+            context, places = self._context(t, c) if INJECTORS[subtype].reads_places else ("", ())
             ctx = InjectContext(self.verifier.con, t, dict(c.params), clean_value, rng, max_ids=self.max_ids,
                                paraphrase=paraphrase, shown=shown, places=places)
             try:
@@ -236,6 +236,9 @@ class Builder:
         if not outcome.ok:
             self.stats.discard(subtype, outcome.reason or "unknown")
             return None
+        if not INJECTORS[subtype].reads_places:  # the same per-entity context, read for kept pairs only
+            with _Clock(self.stats, "verification"):
+                context, _ = self._context(t, c)
         return self._draft(t, subtype, c, clean_value, clean_sql, paraphrase, inj, naive_sql, robust_sql,
                            outcome.naive_value, outcome.margin, context)
 
@@ -282,6 +285,7 @@ class Builder:
         if cohort_eligible(t):
             cohort = ("cohort", t.id, c.index)
             if cohort not in self.context_rows:
+                self.verifier.clean()  # after a check the overlay of the noise is still in place
                 sql = cohort_locations_sql(evidence_sql(t, c.params))
                 self.context_rows[cohort] = tuple(self.verifier.con.execute(sql).fetchall())
             return cohort_sentence(self.context_rows[cohort], pick)
@@ -289,6 +293,7 @@ class Builder:
             return "", ()
         key = ("hadm_id", c.params["hadm_id"]) if "hadm_id" in c.params else ("stay_id", c.params["stay_id"])
         if key not in self.context_rows:
+            self.verifier.clean()
             self.context_rows[key] = admission_row(self.verifier.con, c.params)
         return context_sentence(self.context_rows[key], pick)
 

@@ -29,33 +29,38 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-CONTEXT_COLUMNS = ("admission_location", "discharge_location", "admission_type")
+LOCATION_COLUMNS = ("admission_location", "discharge_location")
+CONTEXT_COLUMNS = LOCATION_COLUMNS + ("admission_type",)
 
 # MIMIC-IV codes -> (verb phrase of "The patient ...", the place it names or None); each phrase is
 # true of its code (reviewed). A named place is somewhere this database holds no data from (another
-# hospital, a nursing or rehab facility, home, hospice): out-of-scope twins ask about it.
+# hospital, a nursing or rehab facility, home, hospice): out-of-scope twins ask about it. Every place
+# is followed by a word ("went home after discharge", not "was discharged home."), as in the twins
+# that ask about it ("home furosemide"): a place only ever seen before a full stop is a cue to a
+# character-level reader.
 Phrase = tuple[str, str | None]
 ARRIVAL: dict[str, tuple[Phrase, ...]] = {
-    "TRANSFER FROM HOSPITAL": (("was transferred from an outside hospital", "outside hospital"),
-                               ("came as a transfer from a referring hospital", "referring hospital"),
-                               ("was sent by the transferring hospital", "transferring hospital")),
-    "TRANSFER FROM SKILLED NURSING FACILITY": (("came from a skilled nursing facility", "skilled nursing facility"),
-                                               ("was transferred from a nursing home", "nursing home")),
+    "TRANSFER FROM HOSPITAL": (("was an outside hospital transfer", "outside hospital"),
+                               ("came from a referring hospital by transfer", "referring hospital"),
+                               ("was sent by the transferring hospital for admission", "transferring hospital")),
+    "TRANSFER FROM SKILLED NURSING FACILITY": (("came from a skilled nursing facility by transfer",
+                                                "skilled nursing facility"),
+                                               ("was a nursing home transfer", "nursing home")),
     "PHYSICIAN REFERRAL": (("was referred by a physician", None), ("came on a physician referral", None)),
     "CLINIC REFERRAL": (("was referred from an outpatient clinic", None), ("came on a clinic referral", None)),
     "WALK-IN/SELF REFERRAL": (("walked in (self-referral)", None),),
     "EMERGENCY ROOM": (("came in through the emergency room", None), ("was admitted from the emergency room", None)),
 }
 DEPARTURE: dict[str, tuple[Phrase, ...]] = {
-    "HOME": (("was discharged home", "home"), ("went home after discharge", "home")),
+    "HOME": (("went home after the stay", "home"), ("went home after discharge", "home")),
     "HOME HEALTH CARE": (("was discharged home with home health care", "home"),
                          ("went home with home care services", "home")),
-    "SKILLED NURSING FACILITY": (("was discharged to a skilled nursing facility", "skilled nursing facility"),
+    "SKILLED NURSING FACILITY": (("left for a skilled nursing facility after the stay", "skilled nursing facility"),
                                  ("went to a skilled nursing facility after discharge", "skilled nursing facility")),
-    "REHAB": (("was discharged to a rehab facility", "rehab facility"),
+    "REHAB": (("left for a rehab facility after the stay", "rehab facility"),
               ("went to a rehab facility after discharge", "rehab facility")),
-    "HOSPICE": (("was discharged to hospice", "hospice"),),
-    "CHRONIC/LONG TERM ACUTE CARE": (("was discharged to a long-term acute care hospital",
+    "HOSPICE": (("went to hospice after discharge", "hospice"),),
+    "CHRONIC/LONG TERM ACUTE CARE": (("went to a long-term acute care hospital after discharge",
                                       "long-term acute care hospital"),),
     "AGAINST ADVICE": (("left against medical advice", None),),
 }
@@ -67,9 +72,8 @@ KIND: dict[str, tuple[str, ...]] = {
 
 
 # Population questions: the same places in the plural ("Some of these patients ..."); only codes
-# that name a place, since the sentence exists to tell where the cohort came from or went. Every
-# place is followed by a word, as in the twins that ask about it ("outside hospital potassium"): a
-# place only ever seen before a full stop would itself be a cue to a character-level reader.
+# that name a place, since the sentence exists to tell where the cohort came from or went; every
+# place is followed by a word, as above.
 COHORT_ARRIVAL: dict[str, tuple[Phrase, ...]] = {
     "TRANSFER FROM HOSPITAL": (("were outside hospital transfers", "outside hospital"),
                                ("came in as referring hospital transfers", "referring hospital"),
@@ -90,7 +94,6 @@ COHORT_DEPARTURE: dict[str, tuple[Phrase, ...]] = {
                                       "long-term acute care hospital"),),
 }
 COHORT_SUBJECT = "Some of these patients "
-LOCATION_COLUMNS = ("admission_location", "discharge_location")
 
 
 def eligible(template: Any, params: dict[str, Any]) -> bool:

@@ -242,6 +242,9 @@ class Injector:
     # the base rows its inserted rows are judged against for storage artifacts (bench.artifacts):
     # "neighbours" (rows of the same table and item beside them) or "originals" (the rows they copy)
     artifact_reference: ClassVar[str] = "neighbours"
+    # whether ``inject`` reads ``InjectContext.places`` (the places the question's context names): the
+    # builder reads that context before injecting only for such injectors, else only for kept pairs
+    reads_places: ClassVar[bool] = False
 
     @property
     def level(self) -> str:

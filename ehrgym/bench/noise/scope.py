@@ -46,7 +46,8 @@ class Swap:
 # heart rate", "preadmission furosemide", "cancelled blood culture"). Many distinct, individually
 # rare qualifiers: real out-of-scope questions are as varied as clinicians, and no single cue word
 # marks them. Words that made ungrammatical phrases ("hoped vancomycin", "advised urine culture",
-# "family's band count", "desired propofol") are in no pool.
+# "family's band count", "desired propofol") are in no pool. No phrase has a hyphen ("patient reported", not
+# "patient-reported"): to a text reader a hyphen is a word, which clean questions have only in dates and ranges.
 # "home" is in no pool: a question says "home" only where its own context names it (``LINKED_PLACES``), so the
 # word is as common in clean twins as in noisy ones (in the pools it was the probe's strongest cue)
 ELSEWHERE = ("referring hospital", "transferring hospital", "sending facility", "outside hospital", "urgent care",
@@ -55,18 +56,18 @@ ELSEWHERE = ("referring hospital", "transferring hospital", "sending facility", 
 # omr hold those): measurements take only places whose records this database cannot hold
 OUTSIDE = ("referring hospital", "transferring hospital", "sending facility", "outside hospital", "dialysis center")
 PLANNED = ("intended", "planned", "recommended")
-DEVICES = ("self-measured", "smartwatch", "wearable")
+DEVICES = ("patient measured", "smartwatch", "wearable")
 SWAPS: dict[str, Swap] = {
     "lab": Swap(
         qualifiers=("target", "goal", "pretransfer") + OUTSIDE,
         related=("echocardiographic ejection fraction", "QTc interval", "cardiac MRI ejection fraction",
-                 "bone density T-score", "CT liver attenuation"),
+                 "DEXA bone density", "CT liver attenuation"),
         post=("{x} quoted in the discharge summary", "{x} the team was aiming for", "{x} reported by the referring "
               "hospital"),
     ),
     "vital": Swap(
         qualifiers=("target", "goal", "prehospital", "paramedic", "ambulance") + DEVICES + OUTSIDE + ("rehab facility",),
-        related=("echocardiographic ejection fraction", "QRS duration", "self-rated pain score", "smartwatch step count"),
+        related=("echocardiographic ejection fraction", "QRS duration", "patient rated pain score", "smartwatch step count"),
         post=("{x} quoted in the discharge summary", "{x} the team was aiming for", "{x} measured by the paramedics"),
     ),
     "output": Swap(
@@ -75,23 +76,23 @@ SWAPS: dict[str, Swap] = {
         post=("{x} the nurses estimated in their notes", "{x} the team was aiming for"),
     ),
     "drip": Swap(
-        qualifiers=PLANNED + ELSEWHERE[:5] + ("ambulance", "prehospital", "infusion-center"),
+        qualifiers=PLANNED + ELSEWHERE[:5] + ("ambulance", "prehospital", "infusion center"),
         related=("outside hospital sedative", "prehospital epinephrine"),
         post=("{x} the team intended to give", "{x} started by the paramedics"),
     ),
     "drug": Swap(
         qualifiers=PLANNED + ELSEWHERE + ("post discharge", "preadmission", "over the counter", "previously declined"),
-        related=("herbal supplement", "over-the-counter pain reliever", "rescue inhaler"),
+        related=("herbal supplement", "nonprescription pain reliever", "rescue inhaler"),
         post=("{x} the patient took before admission", "{x} the team planned for after discharge",
               "{x} the patient declined"),
     ),
     "diagnosis": Swap(
         # a diagnosis reads with a reporter before it, not a place or a time ("urgent care cirrhosis", "six week
         # atrial fibrillation" were drawn before); where the diagnosis was made goes after it (``post``)
-        qualifiers=("patient-reported", "family-described", "caregiver-stated", "imaging-suggested",
-                    "clinically suspected", "presumed", "self-diagnosed"),
+        qualifiers=("patient reported", "family described", "caregiver mentioned", "radiographically suspected",
+                    "clinically suspected", "presumed", "self diagnosed"),
         post=("{x} mentioned only in the discharge summary", "{x} that the attending suspected",
-              "{x} diagnosed at the follow-up visit", "{x} diagnosed at an outside hospital",
+              "{x} diagnosed at the clinic visit after discharge", "{x} diagnosed at an outside hospital",
               "{x} diagnosed in primary care",
               "a condition seen on the chest CT", "the admitting physician's working diagnosis"),
     ),
@@ -101,7 +102,7 @@ SWAPS: dict[str, Swap] = {
               "the operation the surgeon recommended", "an outpatient colonoscopy after discharge"),
     ),
     "specimen": Swap(
-        qualifiers=PLANNED[1:] + OUTSIDE + ("cancelled", "pretransfer", "self-collected"),
+        qualifiers=PLANNED[1:] + OUTSIDE + ("cancelled", "pretransfer", "patient collected"),
         related=("outside hospital swab",),
         post=("{x} sent at the referring hospital", "{x} the team planned to send"),
     ),
@@ -109,7 +110,7 @@ SWAPS: dict[str, Swap] = {
         qualifiers=OUTSIDE + ("suspected", "presumed", "previously colonising", "empirically covered",
                                 "radiology suspected", "clinically suspected"),
         post=("{x} reported by the referring hospital", "{x} that the team suspected",
-              "the organism the infectious-disease team suspected"),
+              "the organism the infectious disease team suspected"),
     ),
     # the antibiotic of a susceptibility result ("the vancomycin MIC"): a result another laboratory reported, or the
     # MIC of a drug chosen by an intent; not "planned vancomycin MIC" or "vancomycin taken before admission", which
@@ -164,7 +165,7 @@ def swap_phrases(kind: str, name: str, at_clause_end: bool) -> list[str]:
 # ---------------------------------------------------------------- the places the question's context names
 
 # A patient question may carry its admission's course (:mod:`ehrgym.bench.context`: "The patient
-# was transferred from an outside hospital and was discharged to a skilled nursing facility."),
+# was an outside hospital transfer and went to a skilled nursing facility after discharge."),
 # and both twins show it. Where it names a place this database holds no data from, the
 # out-of-scope twin asks about that place in the context's own words ("the outside hospital
 # potassium", "the home heart rate", "furosemide at the skilled nursing facility"): a text-only
@@ -182,11 +183,16 @@ LINKED_PLACES: dict[str, tuple[str, ...]] = {
     "antibiotic": HOSPITALS + FACILITIES, "diagnosis": HOSPITALS + FACILITIES,
     "procedure": HOSPITALS + FACILITIES,
 }
+# the place is followed by a word here too, as in every context sentence ("… by the hospice staff", not "… at the
+# hospice?"); "home" is only ever a place after discharge (no arrival code names it)
 LINKED_POST: dict[str, tuple[str, ...]] = {
-    "diagnosis": ("{x} diagnosed at the {p}", "{x} recorded by the {p}"),
-    "procedure": ("{x} done at the {p}",),
-    "drug": ("{x} given at the {p}",),
-    "lab": ("{x} measured at the {p}",), "vital": ("{x} measured at the {p}",),
+    "diagnosis": ("{x} diagnosed by the {p} team", "{x} recorded in the {p} chart"),
+    "procedure": ("{x} done by the {p} team",),
+    "drug": ("{x} given by the {p} staff",),
+    "lab": ("{x} measured by the {p} staff",), "vital": ("{x} measured by the {p} staff",),
+}
+HOME_POST: dict[str, tuple[str, ...]] = {
+    "drug": ("{x} taken at home after discharge",), "vital": ("{x} measured at home after discharge",),
 }
 
 
@@ -201,6 +207,6 @@ def linked_phrases(kind: str, name: str, at_clause_end: bool, places: tuple[str,
     usable = [p for p in places if p in LINKED_PLACES.get(kind, ())]
     out = [f"{p} {name}" for p in usable] if kind in PLACE_BEFORE else []
     if at_clause_end:
-        out += [f.format(x=name, p=p).replace("at the home", "at home").replace("by the home", "at home")
-                for p in usable for f in LINKED_POST.get(kind, ())]
+        out += [f.format(x=name, p=p) for p in usable
+                for f in (HOME_POST.get(kind, ()) if p == "home" else LINKED_POST.get(kind, ()))]
     return out
