@@ -211,9 +211,10 @@ class Builder:
         rng = np.random.default_rng([self.seed, _stable_int(t.id), c.index, SUBTYPE_ORDER.index(subtype)])
         paraphrase = int(rng.integers(0, len(t.paraphrases)))
         shown = shown_params(t, c.params, self._display_draw(t, c))
+        reads_places = INJECTORS[subtype].reads_places
         with _Clock(self.stats, "verification"):
             self.verifier.clean()
-            context, places = self._context(t, c) if INJECTORS[subtype].reads_places else ("", ())
+            context, places = self._context(t, c) if reads_places else ("", ())
             ctx = InjectContext(self.verifier.con, t, dict(c.params), clean_value, rng, max_ids=self.max_ids,
                                paraphrase=paraphrase, shown=shown, places=places)
             try:
@@ -236,7 +237,7 @@ class Builder:
         if not outcome.ok:
             self.stats.discard(subtype, outcome.reason or "unknown")
             return None
-        if not INJECTORS[subtype].reads_places:  # the same per-entity context, read for kept pairs only
+        if not reads_places:  # the same per-entity context, read for kept pairs only
             with _Clock(self.stats, "verification"):
                 context, _ = self._context(t, c)
         return self._draft(t, subtype, c, clean_value, clean_sql, paraphrase, inj, naive_sql, robust_sql,
