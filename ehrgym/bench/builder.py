@@ -104,6 +104,19 @@ class _Slot:
         self.exhausted = False
 
 
+@dataclass
+class _Sides:
+    """Per template: its balanced subtypes (``pool``), their slots by expected outcome (``sides``), the
+    templates with both outcomes (``both``) and the pairs made per (template, outcome) and with an abstaining
+    query-level subtype."""
+
+    pool: dict[str, set[str]]
+    sides: dict[str, dict[str, list[_Slot]]]
+    both: list[str]
+    made: Counter
+    query_abstain: Counter
+
+
 class Builder:
     def __init__(self, db_path: str | Path, config: BuildConfig, seed: int, progress: bool = True,
                  templates: Iterable[Template] | None = None) -> None:
@@ -213,9 +226,8 @@ class Builder:
         shown = shown_params(t, c.params, self._display_draw(t, c))
         reads_places = INJECTORS[subtype].reads_places
         with _Clock(self.stats, "verification"):
-            self.verifier.clean()
             context, places = self._context(t, c) if reads_places else ("", ())
-            ctx = InjectContext(self.verifier.con, t, dict(c.params), clean_value, rng, max_ids=self.max_ids,
+            ctx = InjectContext(self.verifier.clean_con, t, dict(c.params), clean_value, rng, max_ids=self.max_ids,
                                paraphrase=paraphrase, shown=shown, places=places)
             try:
                 inj = INJECTORS[subtype].inject(ctx)
@@ -286,16 +298,14 @@ class Builder:
         if cohort_eligible(t):
             cohort = ("cohort", t.id, c.index)
             if cohort not in self.context_rows:
-                self.verifier.clean()  # after a check the overlay of the noise is still in place
                 sql = cohort_locations_sql(evidence_sql(t, c.params))
-                self.context_rows[cohort] = tuple(self.verifier.con.execute(sql).fetchall())
+                self.context_rows[cohort] = tuple(self.verifier.clean_con.execute(sql).fetchall())
             return cohort_sentence(self.context_rows[cohort], pick)
         if not eligible(t, c.params):
             return "", ()
         key = ("hadm_id", c.params["hadm_id"]) if "hadm_id" in c.params else ("stay_id", c.params["stay_id"])
         if key not in self.context_rows:
-            self.verifier.clean()
-            self.context_rows[key] = admission_row(self.verifier.con, c.params)
+            self.context_rows[key] = admission_row(self.verifier.clean_con, c.params)
         return context_sentence(self.context_rows[key], pick)
 
     def _display_draw(self, t: Template, c: Candidate) -> tuple[float, int]:
@@ -343,10 +353,11 @@ class Builder:
         drafts: list[Draft] = []
         bar = tqdm(total=self.config.pairs, desc="pairs", disable=not self.progress, leave=False)
         if self.config.workers > 1 and len({s.template.id for s in slots}) > 1:
-            self._fill_parallel(slots, drafts, bar)
+            self._fill_parallel(slots, drafts, bar)  # the workers balance their own templates
         else:
             for slot in slots:
                 self._fill(slot, slot.quota, drafts, bar)
+            self._balance(slots, drafts, bar)
         remaining = self._settle(slots, drafts, bar)
         bar.close()
         if remaining:
@@ -356,9 +367,8 @@ class Builder:
             warnings.warn(msg, BenchmarkBuildWarning, stacklevel=2)
         return drafts
 
-    def _settle(self, slots: list[_Slot], drafts: list[Draft], bar: Any) -> int:
-        """After the first pass: keep every template at half answer / half abstain (step 5 of the
-        plan, ``ehrgym.bench.configs``) and make the pairs still missing; returns the shortfall."""
+    def _sides(self, slots: list[_Slot], drafts: list[Draft]) -> "_Sides":
+        """The answer and abstain slots of each template (its balanced subtypes) and what they made so far."""
         pool = {t.id: set(balanced_subtypes(t.id, self.applicable(t), {(t.id, s): outcome_of(t, s)
                                                                         for s in self.applicable(t)}))
                 for t in {slot.template.id: slot.template for slot in slots}.values()}
@@ -367,50 +377,72 @@ class Builder:
             if slot.subtype in pool[slot.template.id]:
                 sides[slot.template.id][outcome_of(slot.template, slot.subtype)].append(slot)
         both = sorted(tid for tid, ss in sides.items() if ss["answer"] and ss["abstain"])
-        cell_of = {slot.template.id: (slot.template.intent, slot.template.level) for slot in slots}
         made = Counter((d.template.id, d.noise["expected"].kind) for d in drafts if d.subtype in pool[d.template.id])
         query_abstain = Counter(d.template.id for d in drafts if d.subtype in QUERY_ABSTAIN)
+        return _Sides(pool, sides, both, made, query_abstain)
 
-        def fill(tid: str, side: str, n: int) -> int:
-            start = len(drafts)
-            open_slots = [s for s in sides[tid][side] if not s.exhausted
-                          and not (s.subtype == LEXICAL and s.made >= query_abstain[tid])]
-            got = self._round_robin(open_slots, n, drafts, bar) if open_slots else n
-            made.update((d.template.id, d.noise["expected"].kind) for d in drafts[start:])
-            query_abstain.update(d.template.id for d in drafts[start:] if d.subtype in QUERY_ABSTAIN)
-            return n - got
-
-        def drop(tid: str, side: str, n: int) -> None:
-            at = [i for i, d in enumerate(drafts) if d.template.id == tid and d.noise["expected"].kind == side
-                  and d.subtype in pool[tid]]
-            for i in reversed(at[len(at) - n:] if n > 0 else []):
-                d = drafts.pop(i)
-                made[(tid, side)] -= 1
-                query_abstain[tid] -= d.subtype in QUERY_ABSTAIN
-                for slot in sides[tid][side]:
-                    if slot.subtype == d.subtype:
-                        slot.made -= 1
-            bar.update(-max(n, 0))
-
-        for tid in both:  # 0. lexical variation: at most the template's other unmarked query twins (as planned)
-            lexical = [s for s in sides[tid]["answer"] if s.subtype == LEXICAL]
-            surplus = sum(s.made for s in lexical) - query_abstain[tid]
+    def _balance(self, slots: list[_Slot], drafts: list[Draft], bar: Any) -> None:
+        """Steps 0 and 1 of the settling after the first pass: each template's lexical twins capped and its
+        short side topped up from its own slots. Both read and change one template's slots, candidates and
+        drafts only, so the workers run them on their own templates (``_fill_worker``) with the result the
+        sequential build gets; the deficit passes that mix templates follow in :meth:`_settle`."""
+        st = self._sides(slots, drafts)
+        for tid in st.both:  # 0. lexical variation: at most the template's other unmarked query twins (as planned)
+            lexical = [s for s in st.sides[tid]["answer"] if s.subtype == LEXICAL]
+            surplus = sum(s.made for s in lexical) - st.query_abstain[tid]
             if lexical and surplus > 0:
                 at = [i for i, d in enumerate(drafts) if d.template.id == tid and d.subtype == LEXICAL]
                 for i in reversed(at[len(at) - surplus:]):
                     drafts.pop(i)
-                made[(tid, "answer")] -= surplus
+                st.made[(tid, "answer")] -= surplus
                 lexical[0].made -= surplus
                 bar.update(-surplus)
         # (from here on ``fill`` skips a lexical slot that has reached the template's abstaining query twins)
-        for tid in both:  # 1. top up a template's short side from its own slots; drop what stays unmatched
-            gap = made[(tid, "answer")] - made[(tid, "abstain")]
+        for tid in st.both:  # 1. top up a template's short side from its own slots; drop what stays unmatched
+            gap = st.made[(tid, "answer")] - st.made[(tid, "abstain")]
             if gap > 0:
-                fill(tid, "abstain", gap)
-                drop(tid, "answer", made[(tid, "answer")] - made[(tid, "abstain")])
+                self._fill_side(st, tid, "abstain", gap, drafts, bar)
+                self._drop(st, tid, "answer", st.made[(tid, "answer")] - st.made[(tid, "abstain")], drafts, bar)
             elif gap < -1:
-                fill(tid, "answer", -gap - 1)
-                drop(tid, "abstain", made[(tid, "abstain")] - made[(tid, "answer")] - 1)
+                self._fill_side(st, tid, "answer", -gap - 1, drafts, bar)
+                self._drop(st, tid, "abstain", st.made[(tid, "abstain")] - st.made[(tid, "answer")] - 1, drafts, bar)
+
+    def _fill_side(self, st: "_Sides", tid: str, side: str, n: int, drafts: list[Draft], bar: Any) -> int:
+        """Make ``n`` more pairs on one side of a template; returns how many are still missing."""
+        start = len(drafts)
+        open_slots = [s for s in st.sides[tid][side] if not s.exhausted
+                      and not (s.subtype == LEXICAL and s.made >= st.query_abstain[tid])]
+        got = self._round_robin(open_slots, n, drafts, bar) if open_slots else n
+        st.made.update((d.template.id, d.noise["expected"].kind) for d in drafts[start:])
+        st.query_abstain.update(d.template.id for d in drafts[start:] if d.subtype in QUERY_ABSTAIN)
+        return n - got
+
+    def _drop(self, st: "_Sides", tid: str, side: str, n: int, drafts: list[Draft], bar: Any) -> None:
+        """Drop a template's last ``n`` pairs on one side."""
+        at = [i for i, d in enumerate(drafts) if d.template.id == tid and d.noise["expected"].kind == side
+              and d.subtype in st.pool[tid]]
+        for i in reversed(at[len(at) - n:] if n > 0 else []):
+            d = drafts.pop(i)
+            st.made[(tid, side)] -= 1
+            st.query_abstain[tid] -= d.subtype in QUERY_ABSTAIN
+            for slot in st.sides[tid][side]:
+                if slot.subtype == d.subtype:
+                    slot.made -= 1
+        bar.update(-max(n, 0))
+
+    def _settle(self, slots: list[_Slot], drafts: list[Draft], bar: Any) -> int:
+        """After the first pass and :meth:`_balance`: keep every template at half answer / half abstain (step 5
+        of the plan, ``ehrgym.bench.configs``) and make the pairs still missing; returns the shortfall."""
+        st = self._sides(slots, drafts)
+        both, made = st.both, st.made
+        cell_of = {slot.template.id: (slot.template.intent, slot.template.level) for slot in slots}
+
+        def fill(tid: str, side: str, n: int) -> int:
+            return self._fill_side(st, tid, side, n, drafts, bar)
+
+        def drop(tid: str, side: str, n: int) -> None:
+            self._drop(st, tid, side, n, drafts, bar)
+
         quota: Counter = Counter()
         for slot in slots:
             quota[(slot.template.intent, slot.template.level)] += slot.quota
@@ -604,13 +636,15 @@ def _fill_worker(args: tuple[WorkerJob, str | None]) -> dict[str, Any]:
     try:
         drafts: list[Draft] = []
         bar = _FileProgress(progress_file)
-        states = {}
+        slots = []
         for t, subs, cands in job:
             b.candidates[t.id] = cands
             for sub, quota in subs:
                 slot = _Slot(t, sub, quota)
                 b._fill(slot, quota, drafts, bar)
-                states[(t.id, sub)] = (slot.made, slot.pointer, slot.failures, slot.exhausted)
+                slots.append(slot)
+        b._balance(slots, drafts, bar)
+        states = {(s.template.id, s.subtype): (s.made, s.pointer, s.failures, s.exhausted) for s in slots}
         return {"drafts": drafts, "slots": states, "used": dict(b.used), "clean_cache": b.clean_cache,
                 "clean_problem": b.clean_problem,
                 "max_ids": b.max_ids, "stats": b.stats}

@@ -19,6 +19,7 @@ import numpy as np
 
 from ehrgym.bench.noise.cleaning import Cleaner
 from ehrgym.bench.noise.teaching import TeachingCard
+from ehrgym.bench.noise.values import finite
 from ehrgym.bench.sqlrender import render_sql
 from ehrgym.bench.task import NoiseSpec
 from ehrgym.bench.templates.base import Template
@@ -29,6 +30,8 @@ from ehrgym.registry import Registry
 from ehrgym.vocab import NOISE_SUBTYPES
 
 ROWID = "__rowid"
+COUNT = "__count"  # the number of evidence rows, beside each of the first few
+NUMERIC_TYPES = frozenset({"DOUBLE", "FLOAT", "REAL", "BIGINT", "INTEGER", "SMALLINT", "TINYINT"})
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,27 @@ class InjectContext:
         names = [d[0] for d in cur.description]
         return [{n: (int(v) if n == ROWID else to_json_value(v)) for n, v in zip(names, rec)}
                 for rec in cur.fetchall()]
+
+    def evidence_batch(self, order: str | None = None, finite_values: bool = False) -> tuple[int, list[dict[str, Any]]]:
+        """How many evidence rows there are (with ``finite_values``: rows whose value is a finite number) and
+        the first :data:`BATCH_MAX` of them in ``order`` — all that :func:`batch_size` can take. The same rows as
+        ``evidence_rows`` filtered and cut in Python, but counted and cut in the database: a cohort's
+        evidence runs to tens of thousands of rows on a large database."""
+        ev = self.evidence
+        spec = table_spec(ev.table)
+        numeric = ev.value_col is not None and spec.column(ev.value_col).duckdb_type in NUMERIC_TYPES
+        if finite_values and not numeric:
+            rows = [r for r in self.evidence_rows(order=order) if ev.value_col and finite(r.get(ev.value_col))]
+            return len(rows), rows[:BATCH_MAX]
+        join = render_sql(ev.join, self.params, {}) + " " if ev.join else ""
+        keep = f" AND isfinite(CAST(e.{ev.value_col} AS DOUBLE))" if finite_values else ""
+        cur = self.con.execute(
+            f"SELECT count(*) OVER () AS {COUNT}, e.rowid AS {ROWID}, e.* FROM {self.base}.{spec.qualified} e "
+            f"{join}WHERE ({self.where_sql()}){keep} ORDER BY {order or self.focus_order()} LIMIT {BATCH_MAX}")
+        names = [d[0] for d in cur.description][1:]
+        got = cur.fetchall()
+        rows = [{n: (int(v) if n == ROWID else to_json_value(v)) for n, v in zip(names, rec[1:])} for rec in got]
+        return (int(got[0][0]) if got else 0), rows
 
     def focus_order(self, focus: str | None = None) -> str:
         """ORDER BY putting the row that decides the answer first (ties broken by rowid)."""

@@ -96,12 +96,12 @@ class DuplicateRecords(Injector):
 
     def inject(self, ctx: InjectContext) -> Injection | None:
         ev = ctx.evidence
-        rows = ctx.evidence_rows(order=ctx.one_sided_order(), limit=None)
+        n, rows = ctx.evidence_batch(order=ctx.one_sided_order())
         if not rows:
             return None
         # one re-stored row changes a count; a mean over many values needs a re-sent batch
         many = ctx.template.level == "population" or (ev.value_col is not None and ev.focus == "any")
-        k = batch_size(len(rows)) if many else 1
+        k = batch_size(n) if many else 1
         chosen = rows[:k]
         copies, anchors = [], []
         given: set[int] = set()
@@ -187,14 +187,14 @@ class OutOfWindow(Injector):
         20 % of the rows, each timestamped whole days after the end of its own stay, with a value
         shifted further the same way, so the aggregate moves by a meaningful margin."""
         ev = ctx.evidence
-        rows = [r for r in ctx.evidence_rows(order=ctx.one_sided_order(), limit=None) if finite(r.get(ev.value_col))]
+        n, rows = ctx.evidence_batch(order=ctx.one_sided_order(), finite_values=True)
         if not rows:
             return None
         bounds = cleaning.bounds_for(ev, ctx.params)
         up = ev.extreme != "low"
         copies, anchors = [], []
         given: set[int] = set()
-        for row in rows[:batch_size(len(rows))]:
+        for row in rows[:batch_size(n)]:
             window = ctx.window_of(row)
             if window is None:
                 continue

@@ -34,8 +34,8 @@ def _focus_rows(ctx: InjectContext, patient_batch: bool = True) -> list[dict[str
     if not ev.aggregate or ev.focus != "any" or (ctx.template.level == "patient" and not patient_batch):
         row = _focus(ctx)
         return [row] if row is not None else []
-    rows = [r for r in ctx.evidence_rows(order=ctx.one_sided_order(), limit=None) if finite(r.get(ev.value_col))]
-    return rows[:batch_size(len(rows))]
+    n, rows = ctx.evidence_batch(order=ctx.one_sided_order(), finite_values=True)
+    return rows[:batch_size(n)]
 
 
 def _replace_many(ctx: InjectContext, rows: list[dict[str, Any]], changes: list[dict[str, Any]]) -> TableEdit:
