@@ -292,3 +292,14 @@ def test_card_records_the_literal_floor_as_the_runner_measures_it(small, synth_d
     assert floor["clean_pct"] == round(100 * sum(clean) / len(clean), 1)
     assert floor["noise_pct"] == round(100 * sum(noise) / len(noise), 1)
     assert floor["noise_pct"] < 100.0  # noisy twins are traps for the obvious query
+
+
+def test_card_records_the_database_state_probe(small):
+    from ehrgym.bench.validity.state import state_validity
+
+    card = json.loads((small.out / "card.json").read_text())
+    section = card["validity"]["database_state"]
+    assert "### database_state" in (small.out / "card.md").read_text()
+    recomputed = state_validity(load_benchmark(small.out).tasks)
+    assert {k: section[k] for k in recomputed} == json.loads(json.dumps(recomputed))
+    assert section["passes"] is False  # every clean twin is served the base as it is (the README's open leak)

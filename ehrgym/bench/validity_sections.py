@@ -116,3 +116,32 @@ def literal_baseline(ctx: ValidityContext) -> dict[str, Any]:
           f"| {out['clean_pct']} % | {out['noise_pct']} % | {out['pair_pct']} % | "
           + " | ".join(f"{v} %" for v in levels.values()) + " |"]
     return {**out, "markdown": md}
+
+
+@validity_section("database_state")
+def database_state(ctx: ValidityContext) -> dict[str, Any]:
+    """Accuracy of a depth-3 tree that reads only whole-table fingerprints (row counts, a content checksum)
+    against the clean database — what an agent that remembers other episodes on the same file can compare."""
+    from ehrgym.bench.validity.state import BAR, OUTCOME_SLACK, state_passes, state_validity
+
+    report = state_validity(ctx.tasks)
+    cvn, ava = report["clean_vs_noise"], report["answer_vs_abstain"]
+
+    def flag(ok: bool) -> str:
+        return "" if ok else " ⚠"
+
+    md = ["A depth-3 tree on whole-table fingerprints only (per table: row count and whether any content differs "
+          "from the clean database; `count(*)` and `sum(hash(t))` in SQL), train split → test split. An agent that "
+          f"remembers one clean episode can compare them in every later one. Bar: clean vs noisy ≤ {BAR}, answer vs "
+          f"abstain ≤ majority + {OUTCOME_SLACK}.", "",
+          "| probe | accuracy | 95 % interval | majority | test tasks |", "|---|---|---|---|---|"]
+    for name, r in (("clean_vs_noise", cvn), ("answer_vs_abstain", ava)):
+        if r.get("accuracy") is None:
+            continue
+        ok = r["accuracy"] <= (BAR if name == "clean_vs_noise" else r["majority"] + OUTCOME_SLACK)
+        md.append(f"| {name} | {r['accuracy']}{flag(ok)} | {'–'.join(map(str, r['interval95']))} | {r['majority']} | "
+                  f"{r['n_test']} |")
+    md += ["", f"Clean test tasks served the clean database as it is: {100 * report['clean_served_as_base']:.0f} %.", "",
+           "| noisy test tasks (subtype:outcome) | tasks | database differs by count | by content |", "|---|---|---|---|"]
+    md += [f"| {k} | {v['tasks']} | {v['by_count']} | {v['by_content']} |" for k, v in report["detectable"].items()]
+    return {**report, "passes": state_passes(report), "markdown": md}

@@ -1,0 +1,115 @@
+"""Database-state shortcut probe: can an agent tell a clean episode from a noisy one — or an expected
+answer from an expected abstention — without reading the evidence, by comparing whole tables with what
+it saw in other episodes on the same database?
+
+Every episode of a benchmark runs on one database file; a clean twin is served the base tables
+unchanged and a record- or value-level noisy twin the base plus its overlay. An agent that keeps
+anything across episodes (an RL policy trained on the train split, a harness with memory, a prompt
+with earlier trajectories) can learn one constant per table — ``SELECT count(*) FROM labevents`` or a
+content checksum such as ``SELECT sum(hash(labevents)) FROM labevents`` — and compare: in a clean
+episode every table matches it, in a noisy one the touched table does not, and the sign of the count
+change (rows added: duplicates or conflicts; removed: missing evidence; unchanged: edited cells)
+narrows the subtype. No evidence is inspected; this is the shortcut an RL policy finds first.
+
+The probe computes, from each task's served overlay alone (exactly what those two queries would
+return, relative to the clean database), per table the change in row count and whether any content
+changed, and fits the depth-3 tree of :mod:`ehrgym.bench.artifacts` on the train split:
+
+* ``clean_vs_noise``: all tasks, label clean/noisy (chance 0.5, twins balanced);
+* ``answer_vs_abstain``: noisy tasks, label the expected outcome (chance: the test split's majority rate);
+* ``detectable``: per subtype, the share of noisy test tasks whose served database differs from the
+  clean one in some table (by count alone, and by content).
+
+A valid benchmark keeps the first two at chance. Serving the base unchanged to every clean twin fails
+that by construction: every overlay is visible in a checksum. The remedy is a background overlay on
+both twins (answer-neutral edits, verified like the noise) so that no episode sees the base as such.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from ehrgym.bench.task import Task
+
+BAR = 0.55  # clean vs noisy: at most this accuracy; answer vs abstain: at most the majority rate + 0.05
+OUTCOME_SLACK = 0.05
+
+
+def served_overlay_state(task: Task) -> dict[str, tuple[int, bool]]:
+    """Per touched table: (row count minus the clean database's, whether any content differs)."""
+    if task.noise is None or task.noise.overlay.is_empty:
+        return {}
+    out: dict[str, tuple[int, bool]] = {}
+    for table, edit in task.noise.overlay.merged().items():
+        delta = len(edit.insert_rows) - len(set(edit.delete_rowids))
+        out[table] = (delta, bool(edit.insert_rows or edit.delete_rowids))
+    return out
+
+
+def _features(tasks: Sequence[Task], tables: Sequence[str]) -> np.ndarray:
+    """Per table its count change and content-changed flag, then over all tables: any content changed, the
+    number of changed tables, and the summed count change (what one checksum query over every table gives)."""
+    x = np.zeros((len(tasks), 2 * len(tables) + 3))
+    col = {t: i for i, t in enumerate(tables)}
+    for r, task in enumerate(tasks):
+        state = served_overlay_state(task)
+        for table, (delta, changed) in state.items():
+            x[r, 2 * col[table]] = delta
+            x[r, 2 * col[table] + 1] = float(changed)
+        x[r, -3] = float(any(c for _, c in state.values()))
+        x[r, -2] = sum(c for _, c in state.values())
+        x[r, -1] = sum(d for d, _ in state.values())
+    return x
+
+
+def _fit_score(train: list[Task], test: list[Task], label: Any, tables: Sequence[str]) -> dict[str, Any]:
+    from ehrgym.bench.artifacts import DepthLimitedTree, balanced_accuracy
+    from ehrgym.bench.validity.text import interval95
+
+    y_train = np.array([label(t) for t in train], dtype=int)
+    y_test = np.array([label(t) for t in test], dtype=int)
+    out: dict[str, Any] = {"n_train": len(train), "n_test": len(test)}
+    if not len(test) or len(set(y_train.tolist())) < 2:
+        out["accuracy"] = None
+        return out
+    tree = DepthLimitedTree(depth=3).fit(_features(train, tables), y_train)
+    pred = tree.predict(_features(test, tables))
+    hit = pred == y_test
+    share = float(y_test.mean())
+    out.update(accuracy=round(float(hit.mean()), 4), interval95=interval95(int(hit.sum()), len(hit)),
+               balanced_accuracy=round(balanced_accuracy(y_test, pred), 4), majority=round(max(share, 1 - share), 4))
+    return out
+
+
+def state_validity(tasks: Iterable[Task]) -> dict[str, Any]:
+    """The database-state probes of a built benchmark (see the module docstring). Deterministic."""
+    tasks = sorted(tasks, key=lambda t: t.task_id)
+    tables = sorted({table for t in tasks for table in served_overlay_state(t)})
+    train = [t for t in tasks if t.split == "train"]
+    test = [t for t in tasks if t.split == "test"]
+    report: dict[str, Any] = {"tables": tables, "bar": BAR}
+    report["clean_vs_noise"] = _fit_score(train, test, lambda t: int(t.variant == "noise"), tables)
+    noisy = [t for t in train if t.variant == "noise"], [t for t in test if t.variant == "noise"]
+    report["answer_vs_abstain"] = _fit_score(noisy[0], noisy[1], lambda t: int(t.expected.is_abstain), tables)
+    by: dict[str, list[tuple[bool, bool]]] = defaultdict(list)
+    for t in noisy[1]:
+        state = served_overlay_state(t)
+        key = f"{t.noise.subtype}:{t.expected.kind}"
+        by[key].append((any(d != 0 for d, _ in state.values()), any(c for _, c in state.values())))
+    report["detectable"] = {k: {"tasks": len(v), "by_count": round(sum(a for a, _ in v) / len(v), 4),
+                                "by_content": round(sum(b for _, b in v) / len(v), 4)}
+                            for k, v in sorted(by.items())}
+    report["clean_served_as_base"] = round(
+        sum(not served_overlay_state(t) for t in test if t.variant == "clean")
+        / max(1, sum(t.variant == "clean" for t in test)), 4)
+    return report
+
+
+def state_passes(report: dict[str, Any]) -> bool:
+    """Whether both probes stay at chance (the validity target)."""
+    cvn, ava = report["clean_vs_noise"], report["answer_vs_abstain"]
+    return ((cvn.get("accuracy") is None or cvn["accuracy"] <= BAR)
+            and (ava.get("accuracy") is None or ava["accuracy"] <= ava["majority"] + OUTCOME_SLACK))
