@@ -77,8 +77,8 @@ def test_the_probe_finds_the_served_base(tasks):
 
 
 def _served(task, overlay: Overlay):
-    """A clean task as the probe reads it, served ``overlay`` (a Task refuses a clean twin with a noise spec)."""
+    """A clean task as the probe reads it, served ``overlay`` (``Task.overlay`` is its noise's)."""
     from types import SimpleNamespace
 
     return SimpleNamespace(task_id=task.task_id, pair_id=task.pair_id, variant=task.variant, split=task.split,
-                           expected=task.expected, noise=SimpleNamespace(overlay=overlay))
+                           expected=task.expected, overlay=overlay, noise=None)

@@ -40,10 +40,11 @@ OUTCOME_SLACK = 0.05
 
 def served_overlay_state(task: Task) -> dict[str, tuple[int, bool]]:
     """Per touched table: (row count minus the clean database's, whether any content differs)."""
-    if task.noise is None or task.noise.overlay.is_empty:
+    overlay = task.overlay
+    if overlay.is_empty:
         return {}
     out: dict[str, tuple[int, bool]] = {}
-    for table, edit in task.noise.overlay.merged().items():
+    for table, edit in overlay.merged().items():
         delta = len(edit.insert_rows) - len(set(edit.delete_rowids))
         out[table] = (delta, bool(edit.insert_rows or edit.delete_rowids))
     return out
@@ -97,7 +98,7 @@ def state_validity(tasks: Iterable[Task]) -> dict[str, Any]:
     by: dict[str, list[tuple[bool, bool]]] = defaultdict(list)
     for t in noisy[1]:
         state = served_overlay_state(t)
-        key = f"{t.noise.subtype}:{t.expected.kind}"
+        key = f"{t.noise.subtype if t.noise is not None else '?'}:{t.expected.kind}"
         by[key].append((any(d != 0 for d, _ in state.values()), any(c for _, c in state.values())))
     report["detectable"] = {k: {"tasks": len(v), "by_count": round(sum(a for a, _ in v) / len(v), 4),
                                 "by_content": round(sum(b for _, b in v) / len(v), 4)}
