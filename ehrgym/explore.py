@@ -520,7 +520,9 @@ class NoiseExplorer:
         clean, noise = self.pair(pair_id)
         ev_c, ev_n = self.evidence(clean), self.evidence(noise)
         view = PairView(pair_id, clean, noise, ev_c, ev_n, evidence_diff(ev_c, ev_n))
-        view.comparison = compare_evidence(ev_c, ev_n, data_changed=not noise.overlay.is_empty,
+        # the noise's own edits (both twins share the pair's background)
+        noise_edits = noise.noise.overlay if noise.noise is not None else Overlay()
+        view.comparison = compare_evidence(ev_c, ev_n, data_changed=not noise_edits.is_empty,
                                            sql=noise.gold_sql + " " + noise.naive_sql,
                                            decimals=noise.expected.answer.decimals)
         if credulous:

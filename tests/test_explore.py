@@ -146,13 +146,13 @@ def test_compare_shows_the_overlay_and_the_trap(explorer: explore.NoiseExplorer)
             continue
         seen.add(row.noise_subtype)
         view = explorer.compare(row.pair_id)
-        edits = view.noise.overlay.merged()
+        edits = view.noise.noise.overlay.merged()  # the noise's own edits, not the pair's background
         if any(e.delete_rowids for e in edits.values()):
             assert (view.evidence[explore.STATUS_COLUMN] == "clean only").any()
         if any(e.insert_rows for e in edits.values()) and row.noise_subtype in ("duplicate_records",
                                                                                 "conflicting_records"):
             assert (view.evidence[explore.STATUS_COLUMN] == "noisy only").any()
-        if view.noise.overlay.is_empty:       # query-level noise: same data, only the question changed
+        if view.noise.noise.overlay.is_empty:  # query-level noise: same data, only the question changed
             pd.testing.assert_frame_equal(view.evidence_noise, explorer.query(view.noise.meta["evidence_sql"]))
         # the benchmark's verification: credulous is right on clean and trapped on noise
         out = view.outcome_table()

@@ -88,6 +88,9 @@ def build_benchmark(db: str | Path, out: str | Path, config: str | BuildConfig =
         "attempts": attempts, "attempts_by_subtype": dict(sorted(stats.attempts.items())),
         "discarded": dict(sorted(stats.discarded.items())),
         "discarded_by_subtype": {k: dict(sorted(v.items())) for k, v in sorted(stats.discarded_by_subtype.items())},
+        # per kept pair: how its background was made (ehrgym.bench.background): verified edits of the tables it
+        # reads, or edits of tables none of its SQL reads (two draws changed an answer)
+        "backgrounds": dict(sorted(Counter(d.clean.get("background_kind", "none") for d in drafts).items())),
         "warnings": stats.warnings,
         "timings_seconds": {
             "sampling": round(stats.timings["sampling"], 3),

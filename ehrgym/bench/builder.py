@@ -20,6 +20,7 @@ from typing import Any, Iterable
 import numpy as np
 from tqdm import tqdm
 
+from ehrgym.bench.background import BackgroundMaker
 from ehrgym.bench.answers import NotComparable, answers_match, format_answer, gold_from_rows
 from ehrgym.bench.complexity import sql_complexity, sql_tables
 from ehrgym.bench.context import (admission_row, cohort_eligible, cohort_locations_sql, cohort_sentence,
@@ -35,6 +36,7 @@ from ehrgym.bench.templates.base import Template
 from ehrgym.bench.templates.registry import all_templates
 from ehrgym.bench.verify import PairVerifier
 from ehrgym.db.connect import read_meta
+from ehrgym.db.overlay import Overlay
 from ehrgym.errors import BenchmarkError, DatabaseError
 from ehrgym.vocab import NOISE_SUBTYPES
 
@@ -128,6 +130,7 @@ class Builder:
         self.templates = list(templates) if templates is not None else all_templates()
         self.stats = BuildStats()
         self.verifier = PairVerifier(self.db_path)
+        self.backgrounds = BackgroundMaker(self.verifier)
         self.candidates: dict[str, list[Candidate]] = {}
         self.used: dict[str, set[int]] = defaultdict(set)
         self.clean_cache: dict[tuple[str, int], tuple[Any, str] | None] = {}
@@ -249,11 +252,28 @@ class Builder:
         if not outcome.ok:
             self.stats.discard(subtype, outcome.reason or "unknown")
             return None
-        if not reads_places:  # the same per-entity context, read for kept pairs only
-            with _Clock(self.stats, "verification"):
+        with _Clock(self.stats, "verification"):
+            if not reads_places:  # the same per-entity context, read for kept pairs only
                 context, _ = self._context(t, c)
-        return self._draft(t, subtype, c, clean_value, clean_sql, paraphrase, inj, naive_sql, robust_sql,
-                           outcome.naive_value, outcome.margin, context)
+            background = self._background(t, c, subtype, inj, clean_sql, naive_sql, robust_sql)
+        draft = self._draft(t, subtype, c, clean_value, clean_sql, paraphrase, inj, naive_sql, robust_sql,
+                            outcome.naive_value, outcome.margin, context)
+        draft.clean["background"] = draft.noise["background"] = background[0]
+        draft.clean["background_kind"] = background[1]
+        return draft
+
+    def _background(self, t: Template, c: Candidate, subtype: str, inj: Injection, clean_sql: str, naive_sql: str,
+                    robust_sql: str | None) -> tuple[Overlay, str]:
+        """The pair's background overlay, served to both twins (:mod:`ehrgym.bench.background`)."""
+        subjects = {int(p["subject_id"]) for p in (c.params, inj.params or {})
+                    if isinstance(p.get("subject_id"), int)}
+        last = self.verifier.last_rows
+        checks = [(clean_sql, Overlay(), self.verifier.rows(clean_sql)), (naive_sql, inj.noise.overlay, last["naive"])]
+        if robust_sql is not None and "robust" in last:
+            checks.append((robust_sql, inj.noise.overlay, last["robust"]))
+        reads = {name for sql in (clean_sql, naive_sql, robust_sql) if sql for name in sql_tables(sql)}
+        seed = [self.seed, _stable_int(t.id, "background"), c.index, SUBTYPE_ORDER.index(subtype)]
+        return self.backgrounds.make(seed, t.evidence.table, subjects, inj.noise.overlay, checks, reads)
 
     def _draft(self, t: Template, subtype: str, c: Candidate, clean_value: Any, clean_sql: str, paraphrase: int,
                inj: Injection, naive_sql: str, robust_sql: str | None, trap_value: Any,
@@ -698,7 +718,7 @@ def make_tasks(drafts: list[Draft], splits: dict[str, str]) -> list[Task]:
                 task_id=f"{pair_id}:{variant}", pair_id=pair_id, variant=variant, intent=d.template.intent,
                 level=d.template.level, template_id=d.template.id, question=data["question"], gold_sql=gold,
                 naive_sql=data["naive_sql"], expected=data["expected"], noise=data.get("noise"),
-                split=splits[pair_id], meta=meta))
+                split=splits[pair_id], meta=meta, background=data.get("background") or Overlay()))
     return sorted(tasks, key=lambda t: t.task_id)
 
 

@@ -51,7 +51,7 @@ PARQUET_SCHEMA = pa.schema([
     ("gold_sql", pa.string()), ("naive_sql", pa.string()), ("expected_kind", pa.string()),
     ("expected_reason", pa.string()), ("expected_value", pa.string()), ("answer_type", pa.string()),
     ("noise_level", pa.string()), ("noise_subtype", pa.string()), ("complexity", pa.int64()),
-    ("expected", pa.string()), ("noise", pa.string()), ("meta", pa.string()),
+    ("expected", pa.string()), ("noise", pa.string()), ("meta", pa.string()), ("background", pa.string()),
 ])
 
 
@@ -76,6 +76,7 @@ def write_parquet(tasks: list[Task], path: Path) -> None:
         cols["expected"].append(_j(d["expected"]))
         cols["noise"].append(_j(d["noise"]) if d["noise"] else None)
         cols["meta"].append(_j(d["meta"]))
+        cols["background"].append(_j(d["background"]) if "background" in d else None)
     table = pa.table(cols, schema=PARQUET_SCHEMA)
     pq.write_table(table, path, compression="zstd", write_statistics=False)
 

@@ -112,6 +112,9 @@ class Task:
     noise: NoiseSpec | None
     split: str
     meta: dict[str, Any] = field(default_factory=dict)
+    # edits of other patients' rows served to both twins of the pair (ehrgym.bench.background): no episode
+    # sees the clean database as such
+    background: Overlay = field(default_factory=Overlay)
 
     def __post_init__(self) -> None:
         problems = []
@@ -137,7 +140,11 @@ class Task:
 
     @property
     def overlay(self) -> Overlay:
-        return self.noise.overlay if self.noise else Overlay()
+        """What the episode is served: the pair's background, then the noise (empty for a clean twin)."""
+        noise = self.noise.overlay if self.noise else Overlay()
+        if self.background.is_empty:
+            return noise
+        return Overlay(self.background.edits + noise.edits)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -148,6 +155,7 @@ class Task:
             "expected": self.expected.to_dict(),
             "noise": self.noise.to_dict() if self.noise else None,
             "split": self.split, "meta": self.meta,
+            **({"background": self.background.to_dict()} if not self.background.is_empty else {}),
         }
 
     @classmethod
@@ -169,6 +177,7 @@ class Task:
             question=str(data["question"]), gold_sql=str(data["gold_sql"]), naive_sql=str(data["naive_sql"]),
             expected=Expected.from_dict(data["expected"]), noise=NoiseSpec.from_dict(data.get("noise")),
             split=data["split"], meta=dict(data.get("meta") or {}),
+            background=Overlay.from_dict(data.get("background")),
         )
 
 

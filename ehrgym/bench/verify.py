@@ -109,6 +109,7 @@ class PairVerifier:
         self.con.execute(search_path_sql())
         self._overlay: Overlay | None = Overlay()
         self._clean_rows: dict[str, list[tuple[Any, ...]]] = {}
+        self.last_rows: dict[str, list[tuple[Any, ...]]] = {}  # check_noise's naive and robust rows
         # The clean database on a second connection to the same instance (one buffer pool), whose default
         # catalog is the read-only base: its tables are what clean views show, row for row in the same scan
         # order. Clean queries (gold answers, injectors, contexts) then never re-point the overlaid views,
@@ -150,10 +151,12 @@ class PairVerifier:
         """Properties 2-4 for one noisy twin (property 1 is checked on the clean twin)."""
         from ehrgym.bench.noise import get_injector
 
+        self.last_rows = {}
         try:
             naive_rows = self.rows(naive_sql, overlay)
         except duckdb.Error:
             return Outcome(False, "naive_sql_error")
+        self.last_rows["naive"] = naive_rows
         naive = gold_from_rows(naive_rows, spec)
         if expected_kind == "answer":
             if naive is not None and _match(expected_value, naive, spec):
@@ -163,9 +166,11 @@ class PairVerifier:
             if robust_sql is None:
                 return Outcome(False, "not_recoverable", naive)
             try:
-                robust = self.value(robust_sql, spec, overlay)
+                robust_rows = self.rows(robust_sql, overlay)
             except duckdb.Error:
                 return Outcome(False, "robust_sql_error", naive)
+            self.last_rows["robust"] = robust_rows
+            robust = gold_from_rows(robust_rows, spec)
             if robust is None or not _match(expected_value, robust, spec):
                 return Outcome(False, "not_recoverable", naive, robust)
             return Outcome(True, None, naive, robust, trap_distance(expected_value, naive, spec))

@@ -21,8 +21,10 @@ changed, and fits the depth-3 tree of :mod:`ehrgym.bench.artifacts` on the train
   clean one in some table (by count alone, and by content).
 
 A valid benchmark keeps the first two at chance. Serving the base unchanged to every clean twin fails
-that by construction: every overlay is visible in a checksum. The remedy is a background overlay on
-both twins (answer-neutral edits, verified like the noise) so that no episode sees the base as such.
+that by construction: every overlay is visible in a checksum. Hence the background overlay of each
+pair (:mod:`ehrgym.bench.background`), served to both twins, so that no episode sees the base as such;
+what the probe can still read is how far the noise's own edits move a table's fingerprint beyond the
+background's.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ OUTCOME_SLACK = 0.05
 
 
 def served_overlay_state(task: Task) -> dict[str, tuple[int, bool]]:
-    """Per touched table: (row count minus the clean database's, whether any content differs)."""
+    """Per table the served overlay (background and noise) touches: (row count minus the clean database's,
+    whether any content differs)."""
     overlay = task.overlay
     if overlay.is_empty:
         return {}

@@ -1,0 +1,75 @@
+"""Background overlays (ehrgym.bench.background): both twins of a pair are served the same answer-neutral edits of
+other patients' rows, so no episode sees the clean database as such."""
+
+from __future__ import annotations
+
+import pytest
+
+from ehrgym.bench.answers import gold_from_rows
+from ehrgym.bench.background import same_rows
+from ehrgym.bench.build import build_benchmark
+from ehrgym.bench.configs import get_config
+from ehrgym.bench.task import load_tasks_jsonl
+from ehrgym.bench.verify import PairVerifier
+from ehrgym.db.overlay import fetch_rows
+
+
+@pytest.fixture(scope="module")
+def bench(synth_db, tmp_path_factory):
+    out = tmp_path_factory.mktemp("background") / "bench"
+    build_benchmark(synth_db, out, config=get_config("small"), seed=11, progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def pairs(bench):
+    tasks = load_tasks_jsonl(bench / "tasks.jsonl")
+    by: dict[str, dict[str, object]] = {}
+    for t in tasks:
+        by.setdefault(t.pair_id, {})[t.variant] = t
+    return list(by.values())
+
+
+@pytest.fixture(scope="module")
+def verifier(synth_db):
+    v = PairVerifier(synth_db)
+    yield v
+    v.close()
+
+
+def test_every_pair_has_one_background_for_both_twins(pairs):
+    for pair in pairs:
+        clean, noise = pair["clean"], pair["noise"]
+        assert not clean.background.is_empty, clean.task_id
+        assert clean.background == noise.background
+        assert clean.overlay == clean.background  # a clean twin is served its background, nothing else
+        assert noise.overlay.edits == clean.background.edits + noise.noise.overlay.edits
+
+
+def test_a_background_never_touches_the_question_or_the_noise(pairs, verifier):
+    checked = 0
+    for pair in pairs:
+        clean, noise = pair["clean"], pair["noise"]
+        noise_rows = {(e.table, r) for e in noise.noise.overlay.edits for r in (*e.delete_rowids, *e.insert_after)}
+        subjects = set(clean.meta.get("subject_ids", []))
+        for edit in clean.background.edits:
+            assert not {(edit.table, r) for r in (*edit.delete_rowids, *edit.insert_after)} & noise_rows
+            if subjects:
+                rows = fetch_rows(verifier.clean_con, edit.table, sorted(set(edit.delete_rowids)))
+                assert not {r.get("subject_id") for r in rows.values()} & subjects, clean.task_id
+                assert not {r.get("subject_id") for r in edit.insert_rows} & subjects, clean.task_id
+                checked += 1
+    assert checked >= 50
+
+
+def test_a_background_changes_no_answer(pairs, verifier):
+    """On the served database, the clean gold gives the clean answer, and the noisy twin's naive SQL (and robust
+    SQL, for an expected answer) give what they give with the noise alone."""
+    for pair in pairs:
+        clean, noise = pair["clean"], pair["noise"]
+        spec = clean.expected.answer
+        assert gold_from_rows(verifier.rows(clean.gold_sql, clean.overlay), spec) == clean.expected.value
+        assert same_rows(verifier.rows(noise.naive_sql, noise.overlay), verifier.rows(noise.naive_sql, noise.noise.overlay))
+        if noise.expected.kind == "answer":
+            got = gold_from_rows(verifier.rows(noise.gold_sql, noise.overlay), spec)
+            assert got == gold_from_rows(verifier.rows(noise.gold_sql, noise.noise.overlay), spec)
