@@ -9,10 +9,10 @@ again, in the tables the pair's noise touches and the template reads its evidenc
 question, and both twins share them, so a whole-table fingerprint says nothing about the variant.
 
 A background must not change any answer: the clean gold SQL on the clean twin, and the naive and the
-robust SQL on the noisy twin, must return exactly the rows they return without it (checked here, on
-the verifier's connection). When two draws fail (a population question whose cohort is the whole
+robust SQL on the noisy twin, must give the answer they give without it (checked here, on the
+verifier's connection). When two draws fail (a population question whose cohort is the whole
 table), the background falls back to deletions in tables that none of the pair's SQL reads, which
-cannot change them.
+cannot change them (``SCALES``: the second draw is smaller).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ehrgym.bench.answers import AnswerSpec, gold_from_rows
 from ehrgym.db.overlay import Overlay, TableEdit, fetch_rows
 
 # table -> its id column when the base numbers it 1, 2, 3 … in scan order (re-stored copies then take their
@@ -30,14 +31,21 @@ from ehrgym.db.overlay import Overlay, TableEdit, fetch_rows
 COPYABLE: dict[str, str] = {"labevents": "labevent_id", "chartevents": "", "outputevents": "",
                             "microbiologyevents": "microevent_id", "diagnoses_icd": "", "procedures_icd": ""}
 DELETABLE: tuple[str, ...] = ("labevents", "chartevents", "outputevents", "inputevents", "microbiologyevents",
-                              "prescriptions", "emar", "diagnoses_icd", "procedures_icd", "procedureevents")
+                              "prescriptions", "emar", "diagnoses_icd", "procedures_icd", "procedureevents",
+                              "transfers")
+# stays and admissions are never deleted (other tables' rows would point at nothing); single rows of them are
+# stored twice, as a re-sent ADT message stores them (the same ids: copies the encounter tables' noise makes too)
+COPY_ONLY: tuple[str, ...] = ("admissions", "icustays")
+TABLES: tuple[str, ...] = DELETABLE + COPY_ONLY
 # Sizes spread as the noise's own edits do (missing evidence deletes 1 to ~400 rows of a table, duplicates and
 # out-of-window rows add 1 to 50): a background much smaller than the noise would leave the noise's tail readable
 # in a table's row count
 MAX_DELETED = 400     # rows one table loses: log-uniform in 1..MAX_DELETED (at most a third of the table)
 MAX_BLOCKS = 2        # re-sent blocks per copyable table: uniform in 0..MAX_BLOCKS
 MAX_BLOCK_ROWS = 25   # rows per block: uniform in 1..MAX_BLOCK_ROWS
-TRIES = 2
+# the draws tried, by size: a second, smaller one where the first touched rows a population question counts (a
+# background of the question's own tables hides the noise's edits there; one of other tables does not)
+SCALES = (1.0, 0.05)
 
 
 class BackgroundMaker:
@@ -66,12 +74,14 @@ class BackgroundMaker:
         return self._dense[table]
 
     def _edit(self, table: str, rng: np.random.Generator, avoid_subjects: set[int], avoid_rows: set[int],
-              copies: bool, noise: Overlay) -> TableEdit | None:
+              copies: bool, noise: Overlay, scale: float) -> TableEdit | None:
         n = self._count(table)
         if n < 100:
             return None
         con = self.verifier.clean_con
-        want = min(int(math.exp(rng.uniform(0.0, math.log(MAX_DELETED + 1)))), n // 3)
+        want = min(int(math.exp(rng.uniform(0.0, math.log(scale * MAX_DELETED + 1)))), n // 3)
+        if table in COPY_ONLY:
+            want = 0
         picks = sorted({int(r) for r in rng.integers(0, n, size=2 * want + 8)})
         subj = dict(con.execute(f"SELECT rowid, subject_id FROM {_spec(table)} WHERE rowid IN "
                                 f"({', '.join(map(str, picks))})").fetchall())
@@ -81,9 +91,15 @@ class BackgroundMaker:
         # renumbered like the noise's edit of the same table (one view renumbers a table one way), else as the base
         own = noise.merged().get(table)
         dense = own.dense_id if own is not None else self._dense_id(table)
-        if copies and table in COPYABLE and (dense or not COPYABLE[table]):
+        if table in COPY_ONLY and copies:
+            for r in sorted({int(x) for x in rng.integers(0, n, size=int(rng.integers(1, 4)))}):
+                row = fetch_rows(con, table, [r])[r]
+                if r not in avoid_rows and row.get("subject_id") not in avoid_subjects:
+                    rows.append(row)
+                    anchors.append(r)
+        elif copies and table in COPYABLE and (dense or not COPYABLE[table]):
             for _ in range(int(rng.integers(0, MAX_BLOCKS + 1))):
-                size = int(rng.integers(1, MAX_BLOCK_ROWS + 1))
+                size = int(rng.integers(1, max(1, int(scale * MAX_BLOCK_ROWS)) + 1))
                 start = int(rng.integers(0, n - size))
                 block = list(range(start, start + size))
                 got = fetch_rows(con, table, block)
@@ -98,27 +114,29 @@ class BackgroundMaker:
         return TableEdit(table, tuple(deleted), tuple(rows), tuple(anchors), dense)
 
     def draw(self, rng: np.random.Generator, tables: list[str], avoid_subjects: set[int], noise: Overlay,
-             copies: bool = True) -> Overlay:
+             copies: bool = True, scale: float = 1.0) -> Overlay:
         avoid_rows = {r for e in noise.edits for r in (*e.delete_rowids, *e.insert_after)}
-        edits = [e for e in (self._edit(t, rng, avoid_subjects, avoid_rows, copies, noise) for t in tables)
+        edits = [e for e in (self._edit(t, rng, avoid_subjects, avoid_rows, copies, noise, scale) for t in tables)
                  if e is not None]
         return Overlay(tuple(edits))
 
     def make(self, seed: list[int], evidence_table: str, subjects: set[int], noise: Overlay,
-             checks: list[tuple[str, Overlay, list[tuple[Any, ...]]]], reads: set[str]) -> tuple[Overlay, str]:
-        """The pair's background: ``checks`` are (sql, the overlay it ran on, the rows it gave); each must
-        give the same rows with the background added. ``reads``: every table the pair's SQL reads. Returns the
-        overlay and how it was made (``verified`` or ``unread_tables``)."""
+             checks: list[tuple[str, Overlay, list[tuple[Any, ...]]]], reads: set[str],
+             spec: AnswerSpec) -> tuple[Overlay, str]:
+        """The pair's background: ``checks`` are (sql, the overlay it ran on, the rows it gave); each must give the
+        same answer (``spec``; a float sum regrouped by the deleted rows may move in its last bit, not in its
+        answer) with the background added. ``reads``: every table the pair's SQL reads. Returns the overlay and how
+        it was made (``verified`` or ``unread_tables``)."""
         rng = np.random.default_rng(seed)
-        tables = sorted(t for t in set(noise.tables) | {evidence_table} if t in DELETABLE)
+        tables = sorted(t for t in set(noise.tables) | {evidence_table} if t in TABLES)
         unique: dict[tuple[str, int], tuple[Overlay, list[tuple[Any, ...]]]] = {}
         for sql, overlay, rows in checks:  # the same query on the same data is checked once
             unique.setdefault((sql, 0 if overlay.is_empty else id(overlay)), (overlay, rows))
-        for _ in range(TRIES if tables else 0):
-            background = self.draw(rng, tables, subjects, noise)
+        for scale in SCALES if tables else ():
+            background = self.draw(rng, tables, subjects, noise, scale=scale)
             if background.is_empty:
                 continue
-            if all(same_rows(self.verifier.rows(sql, _plus(background, overlay)), rows)
+            if all(same_answer(self.verifier.rows(sql, _plus(background, overlay)), rows, spec)
                    for (sql, _), (overlay, rows) in unique.items()):
                 return background, "verified"
         unread = [t for t in DELETABLE if t not in reads]
@@ -128,12 +146,13 @@ class BackgroundMaker:
         return self.draw(rng, picked, subjects, noise, copies=False), "unread_tables"
 
 
-def same_rows(a: list[tuple[Any, ...]], b: list[tuple[Any, ...]]) -> bool:
-    """Result rows equal cell for cell, NaN equal to NaN (an average of a NaN value is one)."""
-    def cell(x: Any, y: Any) -> bool:
-        return x == y or (isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y))
-
-    return len(a) == len(b) and all(len(r) == len(q) and all(map(cell, r, q)) for r, q in zip(a, b))
+def same_answer(a: list[tuple[Any, ...]], b: list[tuple[Any, ...]], spec: AnswerSpec) -> bool:
+    """Both results read as the same answer (``gold_from_rows``: rounded as the answer type is), NaN equal to NaN;
+    a result with no answer (a credulous agent's NULL or empty result) equal only to another."""
+    x, y = gold_from_rows(a, spec), gold_from_rows(b, spec)
+    if x is None or y is None:
+        return x is None and y is None and (not a) == (not b)
+    return x == y or (isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y))
 
 
 def _plus(background: Overlay, overlay: Overlay) -> Overlay:
