@@ -5,14 +5,16 @@ unchanged, an agent that remembers one clean episode — ``count(*)`` or ``sum(h
 would see every record- or value-level noisy twin differ there, without reading its evidence
 (:mod:`ehrgym.bench.validity.state` measures this). So each pair gets a background overlay, the same
 for both twins: rows of other patients deleted, and re-sent blocks of other patients' rows stored
-again, in the tables the pair's noise touches and the template reads its evidence from. Real MIMIC-IV has such gaps and re-sent batches everywhere; here they never concern the
-question, and both twins share them, so a whole-table fingerprint says nothing about the variant.
+again (admissions and ICU stays only re-sent, never deleted), in the tables the pair's noise touches
+and the template reads its evidence from. Real MIMIC-IV has such gaps and re-sent batches
+everywhere; here they never concern the question, and both twins share them, so a whole-table
+fingerprint says nothing about the variant.
 
 A background must not change any answer: the clean gold SQL on the clean twin, and the naive and the
 robust SQL on the noisy twin, must give the answer they give without it (checked here, on the
-verifier's connection). When two draws fail (a population question whose cohort is the whole
-table), the background falls back to deletions in tables that none of the pair's SQL reads, which
-cannot change them (``SCALES``: the second draw is smaller).
+verifier's connection). When two draws fail (a population question that counts the rows drawn; the
+second draw is smaller, ``SCALES``), or the pair's tables are none a background edits (``TABLES``),
+the background is deletions in tables that none of the pair's SQL reads, which cannot change them.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ DELETABLE: tuple[str, ...] = ("labevents", "chartevents", "outputevents", "input
                               "prescriptions", "emar", "diagnoses_icd", "procedures_icd", "procedureevents",
                               "transfers")
 # stays and admissions are never deleted (other tables' rows would point at nothing); single rows of them are
-# stored twice, as a re-sent ADT message stores them (the same ids: copies the encounter tables' noise makes too)
+# stored twice with their ids, as a re-sent ADT message would store them
 COPY_ONLY: tuple[str, ...] = ("admissions", "icustays")
 TABLES: tuple[str, ...] = DELETABLE + COPY_ONLY
 # Sizes spread as the noise's own edits do (missing evidence deletes 1 to ~400 rows of a table, duplicates and
