@@ -61,3 +61,25 @@ def test_clean_queries_read_the_clean_database_while_an_overlay_shadows_it(verif
     assert verifier.con.execute(count).fetchall()[0][0] == clean_count[0][0] - 20
     assert verifier.clean_con.execute(scan).fetchall() == clean_scan
     assert verifier.rows(count, overlay)[0][0] == clean_count[0][0] - 20
+
+
+def test_tied_rows_are_read_in_one_order_as_an_episode_reads_them(verifier):
+    """A conflicting record ties its original on the ORDER BY key; the naive answer is then whichever row the scan
+    meets first. The verifier runs on one thread, as episodes do, so that answer is one answer, not a draw among
+    thread schedules (on several threads this query returned the other row in about one run of five)."""
+    first = verifier.clean_con.execute(
+        "SELECT rowid, * FROM mimiciv_hosp.transfers WHERE careunit IS NOT NULL ORDER BY rowid LIMIT 1").fetchdf()
+    row = {k: (v.item() if hasattr(v, "item") else v) for k, v in first.iloc[0].to_dict().items()}
+    anchor = int(row.pop("rowid"))
+    twin = {**row, "careunit": "Med/Surg" if row["careunit"] != "Med/Surg" else "Medicine",
+            "transfer_id": int(row["transfer_id"]) + 1}
+    overlay = Overlay((TableEdit("transfers", tuple(range(anchor + 3, anchor + 300, 3)), (twin,),
+                                 (anchor + 200,), None),))
+    naive = (f"SELECT careunit FROM mimiciv_hosp.transfers WHERE hadm_id = {int(row['hadm_id'])} "
+             f"AND intime = TIMESTAMP '{row['intime']}' ORDER BY intime LIMIT 1")
+    assert verifier.con.execute("SELECT current_setting('threads')").fetchone()[0] == 1
+    seen = set()
+    for _ in range(30):
+        verifier.clean()
+        seen.add(tuple(verifier.rows(naive, overlay)))
+    assert len(seen) == 1, seen

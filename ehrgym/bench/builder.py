@@ -363,10 +363,6 @@ class Builder:
 
     def run(self) -> list[Draft]:
         plan = self.sample()
-        # Verification runs single-threaded, in this process and in the workers alike: a naive SQL
-        # that meets tied rows (conflicting records at one charttime) then reads them in scan order,
-        # so the recorded trap values do not depend on thread scheduling or on the worker count.
-        self.verifier.con.execute("SET threads = 1")
         by_id = {t.id: t for t in self.templates}
         slots = [_Slot(by_id[tid], sub, q) for (tid, sub), q in sorted(
             plan.items(), key=lambda kv: (kv[0][0], SUBTYPE_ORDER.index(kv[0][1])))]
@@ -652,7 +648,6 @@ def _fill_worker(args: tuple[WorkerJob, str | None]) -> dict[str, Any]:
     """Fill the slots of some templates in a separate process (see ``Builder._fill_parallel``)."""
     (db_path, config, seed, job), progress_file = args
     b = Builder(db_path, config, seed, progress=False, templates=[t for t, _, _ in job])
-    b.verifier.con.execute("SET threads = 1")  # as in Builder.run: tie order must not depend on threads
     try:
         drafts: list[Draft] = []
         bar = _FileProgress(progress_file)

@@ -100,10 +100,12 @@ class Outcome:
 class PairVerifier:
     """Runs SQL on clean or overlaid views of one database (see the module docstring)."""
 
-    def __init__(self, db_path: str | Path, threads: int | None = None) -> None:
+    def __init__(self, db_path: str | Path, threads: int = 1) -> None:
         self.con = duckdb.connect()
-        if threads:
-            self.con.execute(f"SET threads = {int(threads)}")
+        # One thread by default, as episodes are served (ConnectionSettings.threads): a naive SQL that meets
+        # tied rows (conflicting records at one charttime) then reads them in scan order, so what the verifier
+        # records is what an agent's query returns, not one of several thread schedules.
+        self.con.execute(f"SET threads = {int(threads)}")
         attach_base(self.con, db_path)
         self.session = OverlaySession(self.con)
         self.con.execute(search_path_sql())
