@@ -74,3 +74,19 @@ def test_a_background_changes_no_answer(pairs, verifier):
         if noise.expected.kind == "answer":
             got = gold_from_rows(verifier.rows(noise.gold_sql, noise.overlay), spec)
             assert got == gold_from_rows(verifier.rows(noise.gold_sql, noise.noise.overlay), spec)
+
+
+def test_the_noise_changes_no_table_its_background_leaves_alone(pairs):
+    """Whole-table fingerprints read the tables an overlay changes: were the noise's table one its background
+    does not touch (patients, DRG codes, a deleted admission), the number of changed tables and the sign of a
+    count change would tell the noisy twin from the clean one. Every table the noise edits carries the background
+    too (apart from a few pairs whose background had to move to tables no SQL of theirs reads); patients,
+    admissions and stays lose rows in backgrounds as the noise deletes them."""
+    uncovered, lose = 0, set()
+    for pair in pairs:
+        clean, noise = pair["clean"], pair["noise"]
+        background = {e.table for e in clean.background.edits}
+        uncovered += bool(set(noise.noise.overlay.tables) - background)
+        lose |= {e.table for e in clean.background.edits if e.delete_rowids}
+    assert uncovered <= 0.02 * len(pairs), (uncovered, len(pairs))
+    assert {"patients", "admissions"} <= lose

@@ -5,7 +5,7 @@ unchanged, an agent that remembers one clean episode — ``count(*)`` or ``sum(h
 would see every record- or value-level noisy twin differ there, without reading its evidence
 (:mod:`ehrgym.bench.validity.state` measures this). So each pair gets a background overlay, the same
 for both twins: rows of other patients deleted, and re-sent blocks of other patients' rows stored
-again (admissions and ICU stays only re-sent, never deleted), in the tables the pair's noise touches
+again (single rows for patients, admissions and ICU stays), in the tables the pair's noise touches
 and the template reads its evidence from. Real MIMIC-IV has such gaps and re-sent batches
 everywhere; here they never concern the question, and both twins share them, so a whole-table
 fingerprint says nothing about the variant.
@@ -32,13 +32,15 @@ from ehrgym.db.overlay import Overlay, TableEdit, fetch_rows
 # rows carry another unique id only lose rows (a copy would repeat an id the base never repeats)
 COPYABLE: dict[str, str] = {"labevents": "labevent_id", "chartevents": "", "outputevents": "",
                             "microbiologyevents": "microevent_id", "diagnoses_icd": "", "procedures_icd": ""}
+# Patients, admissions and stays lose rows too: the noise deletes up to hundreds of them (missing evidence in a
+# cohort), and a background that only ever added to them would leave a falling count (and rows pointing at a
+# deleted admission) to the noise alone. Single rows of them are stored twice with their ids, as a re-sent ADT
+# message would store them.
+SINGLE_COPIES: tuple[str, ...] = ("patients", "admissions", "icustays")
 DELETABLE: tuple[str, ...] = ("labevents", "chartevents", "outputevents", "inputevents", "microbiologyevents",
                               "prescriptions", "emar", "diagnoses_icd", "procedures_icd", "procedureevents",
-                              "transfers")
-# stays and admissions are never deleted (other tables' rows would point at nothing); single rows of them are
-# stored twice with their ids, as a re-sent ADT message would store them
-COPY_ONLY: tuple[str, ...] = ("admissions", "icustays")
-TABLES: tuple[str, ...] = DELETABLE + COPY_ONLY
+                              "transfers", "drgcodes") + SINGLE_COPIES
+TABLES: tuple[str, ...] = DELETABLE
 # Sizes spread as the noise's own edits do (missing evidence deletes 1 to ~400 rows of a table, duplicates and
 # out-of-window rows add 1 to 50): a background much smaller than the noise would leave the noise's tail readable
 # in a table's row count
@@ -78,12 +80,10 @@ class BackgroundMaker:
     def _edit(self, table: str, rng: np.random.Generator, avoid_subjects: set[int], avoid_rows: set[int],
               copies: bool, noise: Overlay, scale: float) -> TableEdit | None:
         n = self._count(table)
-        if n < 100:
+        if n < 20:  # a table this small (a toy database) keeps every row
             return None
         con = self.verifier.clean_con
         want = min(int(math.exp(rng.uniform(0.0, math.log(scale * MAX_DELETED + 1)))), n // 3)
-        if table in COPY_ONLY:
-            want = 0
         picks = sorted({int(r) for r in rng.integers(0, n, size=2 * want + 8)})
         subj = dict(con.execute(f"SELECT rowid, subject_id FROM {_spec(table)} WHERE rowid IN "
                                 f"({', '.join(map(str, picks))})").fetchall())
@@ -93,7 +93,7 @@ class BackgroundMaker:
         # renumbered like the noise's edit of the same table (one view renumbers a table one way), else as the base
         own = noise.merged().get(table)
         dense = own.dense_id if own is not None else self._dense_id(table)
-        if table in COPY_ONLY and copies:
+        if table in SINGLE_COPIES and copies:
             for r in sorted({int(x) for x in rng.integers(0, n, size=int(rng.integers(1, 4)))}):
                 row = fetch_rows(con, table, [r])[r]
                 if r not in avoid_rows and row.get("subject_id") not in avoid_subjects:
