@@ -32,14 +32,16 @@ def bench(synth_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def chosen(bench: Path) -> dict[str, Any]:
-    """Test-split tasks of every kind: clean answer, noisy answer with an overlay, noisy abstention
-    with an overlay, noisy abstention from the question alone, a set answer when there is one."""
+    """Test-split tasks of every kind: clean answer (served its background), noisy answer with the noise's
+    overlay, noisy abstention with one, noisy abstention from the question alone, a set answer when there is
+    one. Every task is served an overlay (the pair's background); the kind reads the noise's own."""
     from ehrgym.bench.dataset import load_benchmark
 
     tasks = [t for t in load_benchmark(bench).tasks if t.split == "test"]
     picks: dict[str, Any] = {}
     for t in tasks:
-        kind = (t.variant, t.expected.kind, bool(t.overlay.tables))
+        assert t.overlay.tables, t.task_id
+        kind = (t.variant, t.expected.kind, bool(t.noise is not None and t.noise.overlay.tables))
         picks.setdefault(kind, t)
         if t.expected.answer.type == "set" and t.expected.kind == "answer":
             picks.setdefault(("set",), t)
@@ -112,7 +114,7 @@ def test_no_agent_visible_file_reveals_the_task(exported: Path, chosen: dict[str
         touched = {table_file(table_spec(t).schema, table_spec(t).name) for t in task.overlay.tables}
         assert changed <= touched
         if task.overlay.tables:
-            assert changed, "a noisy overlay left no trace in the data"
+            assert changed, "an overlay (background or noise) left no trace in the data"
         # the built database holds the exposed tables only: no views, no bookkeeping, no overlay
         db = tmp_path / f"{d.name}.duckdb"
         build_database(tables, db)
