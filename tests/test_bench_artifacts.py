@@ -245,6 +245,29 @@ def test_inserted_rows_scan_where_their_anchor_is(session, segments, monkeypatch
     assert [r[0] for r in con.execute("SELECT labevent_id FROM mimiciv_hosp.labevents").fetchall()] == base
 
 
+@pytest.mark.parametrize("segments", [64, 1], ids=["rowid-ranges", "sorted-span"])
+def test_deleted_rows_leave_every_rowid_range_of_the_view(session, segments, monkeypatch):
+    """Each rowid range of a view filters only the deletions inside it; the rows left are the base's minus the
+    deleted ones, with the inserted rows after their anchors, whichever range a deletion falls in."""
+    from ehrgym.db import overlay
+
+    monkeypatch.setattr(overlay, "SEGMENTS", segments)
+    con = session.con
+    base = [r[0] for r in con.execute("SELECT labevent_id FROM base.mimiciv_hosp.labevents").fetchall()]
+    last = len(base) - 1
+    deleted = (0, 2, 5, 6, 41, 199, 200, 201, last - 1, last)
+    anchors = (5, 40, 40, 200, last - 3)
+    rows = tuple(dict(fetch_rows(con, "labevents", [a], "base")[a]) for a in anchors)
+    session.apply(Overlay((TableEdit("labevents", deleted, rows, anchors, None),)))
+    expected: list[int] = []
+    for rowid, value in enumerate(base):
+        if rowid not in deleted:
+            expected.append(value)
+        expected += [base[a] for a in anchors if a == rowid]
+    assert [r[0] for r in con.execute("SELECT labevent_id FROM mimiciv_hosp.labevents").fetchall()] == expected
+    session.clear()
+
+
 def test_scan_order_is_the_same_with_several_threads(session):
     con = session.con
     rows = tuple(dict(fetch_rows(con, "labevents", [a], "base")[a]) for a in (100, 3000))

@@ -294,12 +294,13 @@ def test_card_records_the_literal_floor_as_the_runner_measures_it(small, synth_d
     assert floor["noise_pct"] < 100.0  # noisy twins are traps for the obvious query
 
 
-def test_card_records_the_database_state_probe(small):
+def test_card_records_the_database_state_probe(small, synth_db):
     from ehrgym.bench.validity.state import state_validity
 
     card = json.loads((small.out / "card.json").read_text())
     section = card["validity"]["database_state"]
     assert "### database_state" in (small.out / "card.md").read_text()
-    recomputed = state_validity(load_benchmark(small.out).tasks)
+    recomputed = state_validity(load_benchmark(small.out).tasks, synth_db)
+    assert recomputed["items"]["n_test"] > 0  # the per-item probe ran on the database
     assert {k: section[k] for k in recomputed} == json.loads(json.dumps(recomputed))
     assert section["clean_served_as_base"] == 0.0  # every pair has its background (ehrgym.bench.background)

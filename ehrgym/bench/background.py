@@ -12,8 +12,11 @@ fingerprint says nothing about the variant.
 
 A background must not change any answer: the clean gold SQL on the clean twin, and the naive and the
 robust SQL on the noisy twin, must give the answer they give without it (checked here, on the
-verifier's connection). When two draws fail (a population question that counts the rows drawn; the
-second draw is smaller, ``SCALES``), or the pair's tables are none a background edits (``TABLES``),
+verifier's connection). The first draw also edits other patients' rows of the question's own items
+(of the rows its noise edits; a population question's cohort is spared): the
+noise always changes that item, so a fingerprint per item (``count(*) GROUP BY itemid``) must see
+backgrounds change it too. When the draws fail (a population question that counts the rows drawn; the
+last draw is smaller, ``DRAWS``), or the pair's tables are none a background edits (``TABLES``),
 the background is deletions in tables that none of the pair's SQL reads, which cannot change them.
 """
 
@@ -47,9 +50,18 @@ TABLES: tuple[str, ...] = DELETABLE
 MAX_DELETED = 400     # rows one table loses: log-uniform in 1..MAX_DELETED (at most a third of the table)
 MAX_BLOCKS = 2        # re-sent blocks per copyable table: uniform in 0..MAX_BLOCKS
 MAX_BLOCK_ROWS = 25   # rows per block: uniform in 1..MAX_BLOCK_ROWS
-# the draws tried, by size: a second, smaller one where the first touched rows a population question counts (a
-# background of the question's own tables hides the noise's edits there; one of other tables does not)
-SCALES = (1.0, 0.05)
+# the draws tried, (item-focused, size): first one that also edits other patients' rows of the question's own items
+# (a fingerprint per item — `count(*) GROUP BY itemid` — would otherwise change in the noisy twin alone: its noise
+# edits that item, a background drawn from the whole table mostly does not), then whole-table ones, the second
+# smaller, where a population question counts the rows drawn
+DRAWS: tuple[tuple[bool, float], ...] = ((True, 1.0), (False, 1.0), (False, 0.05))
+# the column naming what a row records (its item), by table: the focus of an item-focused draw
+ITEM_COLUMN: dict[str, str] = {"labevents": "itemid", "chartevents": "itemid", "outputevents": "itemid",
+                               "inputevents": "itemid", "procedureevents": "itemid",
+                               "microbiologyevents": "test_name", "prescriptions": "drug", "emar": "medication",
+                               "diagnoses_icd": "icd_code", "procedures_icd": "icd_code", "drgcodes": "drg_code",
+                               "transfers": "careunit"}
+MAX_ITEM_COPIES = 40  # rows of the question's items re-sent in one batch: log-uniform in 1..MAX_ITEM_COPIES
 
 
 class BackgroundMaker:
@@ -59,6 +71,40 @@ class BackgroundMaker:
         self.verifier = verifier
         self._rows: dict[str, int] = {}
         self._dense: dict[str, str | None] = {}
+        self._item_rows: dict[tuple[str, tuple[str, ...]], np.ndarray] = {}
+
+    def item_rows(self, table: str, items: tuple[str, ...]) -> np.ndarray:
+        """(rowid, subject_id) of the rows of ``table`` whose item is one of ``items``, in rowid order."""
+        key = (table, items)
+        if key not in self._item_rows:
+            if len(self._item_rows) >= 512:
+                self._item_rows.pop(next(iter(self._item_rows)))
+            col = ITEM_COLUMN[table]
+            got = self.verifier.clean_con.execute(
+                f"SELECT rowid, subject_id FROM {_spec(table)} WHERE CAST({col} AS VARCHAR) IN "
+                f"(SELECT unnest(?::VARCHAR[])) ORDER BY rowid", [list(items)]).fetchnumpy()
+            self._item_rows[key] = np.stack([got["rowid"].astype(np.int64),
+                                             np.asarray(got["subject_id"], dtype=np.float64)], axis=1) \
+                if len(got["rowid"]) else np.zeros((0, 2))
+        return self._item_rows[key]
+
+    def focus(self, noise: Overlay, cohort_sql: str | None) -> tuple[dict[str, tuple[str, ...]], set[int]]:
+        """The question's items per table: those of the rows its noise edits (a pair whose noise edits no row has
+        twins that an item's fingerprint cannot tell apart). For a population question (``cohort_sql`` lists its
+        evidence rows) also its cohort's patients, whom the item-focused draw spares."""
+        con = self.verifier.clean_con
+        items: dict[str, set[str]] = {}
+        for table, edit in noise.merged().items():
+            if table not in ITEM_COLUMN:
+                continue
+            col = ITEM_COLUMN[table]
+            rows = list(fetch_rows(con, table, sorted(set(edit.delete_rowids))).values()) + list(edit.insert_rows)
+            items.setdefault(table, set()).update(str(r[col]) for r in rows if r.get(col) is not None)
+        cohort: set[int] = set()
+        if items and cohort_sql:
+            cohort = {int(s) for (s,) in con.execute(f"SELECT DISTINCT subject_id FROM ({cohort_sql})").fetchall()
+                      if s is not None}
+        return {t: tuple(sorted(v)) for t, v in items.items() if v}, cohort
 
     def _count(self, table: str) -> int:
         if table not in self._rows:
@@ -78,7 +124,7 @@ class BackgroundMaker:
         return self._dense[table]
 
     def _edit(self, table: str, rng: np.random.Generator, avoid_subjects: set[int], avoid_rows: set[int],
-              copies: bool, noise: Overlay, scale: float) -> TableEdit | None:
+              copies: bool, noise: Overlay, scale: float, items: tuple[str, ...] = ()) -> TableEdit | None:
         n = self._count(table)
         if n < 20:  # a table this small (a toy database) keeps every row
             return None
@@ -87,12 +133,37 @@ class BackgroundMaker:
         picks = sorted({int(r) for r in rng.integers(0, n, size=2 * want + 8)})
         subj = dict(con.execute(f"SELECT rowid, subject_id FROM {_spec(table)} WHERE rowid IN "
                                 f"({', '.join(map(str, picks))})").fetchall())
-        deleted = [r for r in picks if r not in avoid_rows and subj.get(r) not in avoid_subjects][:want]
-        rows: list[dict[str, Any]] = []
-        anchors: list[int] = []
+        deleted = [r for r in picks if r not in avoid_rows and subj.get(r) not in avoid_subjects]
         # renumbered like the noise's edit of the same table (one view renumbers a table one way), else as the base
         own = noise.merged().get(table)
         dense = own.dense_id if own is not None else self._dense_id(table)
+        item_copies: list[int] = []
+        lose = 0  # of the rows deleted, this many are of the question's items (one budget: the table's count moves
+        # as much as before)
+        if items:  # other patients' rows of the question's items: some lost, some (where copies fit) re-sent
+            pool = self.item_rows(table, items)
+            free = pool[~np.isin(pool[:, 1], sorted(avoid_subjects))] if len(pool) else pool
+            free = free[~np.isin(free[:, 0], sorted(avoid_rows | set(deleted)))] if len(free) else free
+            resend = copies and table in COPYABLE and bool(dense or not COPYABLE[table]) and rng.random() < 0.5
+            if len(free) >= 3 and resend:  # the item's count grows, as duplicates and late rows make it grow
+                # one patient's results of the item re-sent as a batch (stored again after the batch's last row:
+                # one view segment, where single rows each after its original would cost one each)
+                k = min(int(math.exp(rng.uniform(0.0, math.log(scale * MAX_ITEM_COPIES + 1)))), len(free) // 3)
+                subject = free[int(rng.integers(0, len(free))), 1]
+                batch = free[free[:, 1] == subject, 0].astype(np.int64)
+                start = int(rng.integers(0, max(1, len(batch) - k + 1)))
+                item_copies = [int(r) for r in batch[start:start + k]]
+            elif len(free) >= 3:  # or falls, as missing evidence makes it fall
+                lose = min(max(1, want), len(free) // 2)  # as far as the whole-table draw would have gone
+                chosen = {int(free[i, 0]) for i in rng.choice(len(free), size=lose, replace=False)}
+                deleted = sorted(chosen | set([r for r in deleted if r not in chosen][:max(0, want - lose)]))
+        deleted = deleted if lose else deleted[:want]
+        rows: list[dict[str, Any]] = []
+        anchors: list[int] = []
+        if item_copies:
+            got = fetch_rows(con, table, item_copies)
+            rows += [got[r] for r in item_copies]
+            anchors += [item_copies[-1]] * len(item_copies)
         if table in SINGLE_COPIES and copies:
             for r in sorted({int(x) for x in rng.integers(0, n, size=int(rng.integers(1, 4)))}):
                 row = fetch_rows(con, table, [r])[r]
@@ -116,31 +187,37 @@ class BackgroundMaker:
         return TableEdit(table, tuple(deleted), tuple(rows), tuple(anchors), dense)
 
     def draw(self, rng: np.random.Generator, tables: list[str], avoid_subjects: set[int], noise: Overlay,
-             copies: bool = True, scale: float = 1.0) -> Overlay:
+             copies: bool = True, scale: float = 1.0, items: dict[str, tuple[str, ...]] | None = None) -> Overlay:
         avoid_rows = {r for e in noise.edits for r in (*e.delete_rowids, *e.insert_after)}
-        edits = [e for e in (self._edit(t, rng, avoid_subjects, avoid_rows, copies, noise, scale) for t in tables)
+        edits = [e for e in (self._edit(t, rng, avoid_subjects, avoid_rows, copies, noise, scale,
+                                        (items or {}).get(t, ())) for t in tables)
                  if e is not None]
         return Overlay(tuple(edits))
 
     def make(self, seed: list[int], evidence_table: str, subjects: set[int], noise: Overlay,
              checks: list[tuple[str, Overlay, list[tuple[Any, ...]]]], reads: set[str],
-             spec: AnswerSpec) -> tuple[Overlay, str]:
+             spec: AnswerSpec, cohort_sql: str | None = None) -> tuple[Overlay, str]:
         """The pair's background: ``checks`` are (sql, the overlay it ran on, the rows it gave); each must give the
         same answer (``spec``; a float sum regrouped by the deleted rows may move in its last bit, not in its
-        answer) with the background added. ``reads``: every table the pair's SQL reads. Returns the overlay and how
-        it was made (``verified`` or ``unread_tables``)."""
+        answer) with the background added. ``reads``: every table the pair's SQL reads; ``cohort_sql`` lists a
+        population question's evidence rows (their patients are spared by the item-focused draw).
+        Returns the overlay and how it was made (``verified``, ``verified_items`` or ``unread_tables``)."""
         rng = np.random.default_rng(seed)
         tables = sorted(t for t in set(noise.tables) | {evidence_table} if t in TABLES)
         unique: dict[tuple[str, int], tuple[Overlay, list[tuple[Any, ...]]]] = {}
         for sql, overlay, rows in checks:  # the same query on the same data is checked once
             unique.setdefault((sql, 0 if overlay.is_empty else id(overlay)), (overlay, rows))
-        for scale in SCALES if tables else ():
-            background = self.draw(rng, tables, subjects, noise, scale=scale)
+        items, cohort = self.focus(noise, cohort_sql)
+        for focused, scale in DRAWS if tables else ():
+            if focused and not items:
+                continue
+            background = self.draw(rng, tables, subjects | cohort if focused else subjects, noise, scale=scale,
+                                   items=items if focused else None)
             if background.is_empty:
                 continue
             if all(same_answer(self.verifier.rows(sql, _plus(background, overlay)), rows, spec)
                    for (sql, _), (overlay, rows) in unique.items()):
-                return background, "verified"
+                return background, "verified_items" if focused else "verified"
         unread = [t for t in DELETABLE if t not in reads]
         if not unread:
             return Overlay(), "none"

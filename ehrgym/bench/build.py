@@ -89,7 +89,9 @@ def build_benchmark(db: str | Path, out: str | Path, config: str | BuildConfig =
         "discarded": dict(sorted(stats.discarded.items())),
         "discarded_by_subtype": {k: dict(sorted(v.items())) for k, v in sorted(stats.discarded_by_subtype.items())},
         # per kept pair: how its background was made (ehrgym.bench.background): verified edits of the tables it
-        # reads, or edits of tables none of its SQL reads (two draws changed an answer)
+        # reads that include other patients' rows of its noise's items (verified_items) or not (verified: its noise
+        # edits no item's rows, or the focused draw changed an answer), or edits of tables none of its SQL reads
+        # (every draw changed an answer)
         "backgrounds": dict(sorted(Counter(d.clean.get("background_kind", "none") for d in drafts).items())),
         "warnings": stats.warnings,
         "timings_seconds": {

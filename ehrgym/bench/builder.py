@@ -273,7 +273,8 @@ class Builder:
             checks.append((robust_sql, inj.noise.overlay, last["robust"]))
         reads = {name for sql in (clean_sql, naive_sql, robust_sql) if sql for name in sql_tables(sql)}
         seed = [self.seed, _stable_int(t.id, "background"), c.index, SUBTYPE_ORDER.index(subtype)]
-        return self.backgrounds.make(seed, t.evidence.table, subjects, inj.noise.overlay, checks, reads, t.answer)
+        return self.backgrounds.make(seed, t.evidence.table, subjects, inj.noise.overlay, checks, reads, t.answer,
+                                     None if t.level == "patient" else evidence_sql(t, c.params))
 
     def _draft(self, t: Template, subtype: str, c: Candidate, clean_value: Any, clean_sql: str, paraphrase: int,
                inj: Injection, naive_sql: str, robust_sql: str | None, trap_value: Any,

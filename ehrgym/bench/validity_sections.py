@@ -124,7 +124,7 @@ def database_state(ctx: ValidityContext) -> dict[str, Any]:
     against the clean database — what an agent that remembers other episodes on the same file can compare."""
     from ehrgym.bench.validity.state import BAR, OUTCOME_SLACK, state_passes, state_validity
 
-    report = state_validity(ctx.tasks)
+    report = state_validity(ctx.tasks, ctx.db)
     cvn, ava = report["clean_vs_noise"], report["answer_vs_abstain"]
 
     def flag(ok: bool) -> str:
@@ -135,12 +135,16 @@ def database_state(ctx: ValidityContext) -> dict[str, Any]:
           f"remembers one clean episode can compare them in every later one. Bar: clean vs noisy ≤ {BAR}, answer vs "
           f"abstain ≤ majority + {OUTCOME_SLACK}.", "",
           "| probe | accuracy | 95 % interval | majority | test tasks |", "|---|---|---|---|---|"]
-    for name, r in (("clean_vs_noise", cvn), ("answer_vs_abstain", ava)):
+    for name, r in (("clean_vs_noise", cvn), ("answer_vs_abstain", ava), ("items", report.get("items", {}))):
         if r.get("accuracy") is None:
             continue
-        ok = r["accuracy"] <= (BAR if name == "clean_vs_noise" else r["majority"] + OUTCOME_SLACK)
+        ok = r["accuracy"] <= (r["majority"] + OUTCOME_SLACK if name == "answer_vs_abstain" else BAR)
         md.append(f"| {name} | {r['accuracy']}{flag(ok)} | {'–'.join(map(str, r['interval95']))} | {r['majority']} | "
                   f"{r['n_test']} |")
+    if "items" in report:
+        md += ["", "`items`: clean vs noisy twin from the rows of the items the noise edits only (per item: row count "
+               "and whether any content differs; `GROUP BY itemid`), on pairs whose noise edits rows; clean test twins "
+               f"whose item differs from the clean database: {100 * report['items']['clean_item_changed']:.0f} %."]
     md += ["", f"Clean test tasks served the clean database as it is: {100 * report['clean_served_as_base']:.0f} %.", "",
            "| noisy test tasks (subtype:outcome) | tasks | database differs by count | by content |", "|---|---|---|---|"]
     md += [f"| {k} | {v['tasks']} | {v['by_count']} | {v['by_content']} |" for k, v in report["detectable"].items()]

@@ -20,7 +20,13 @@ changed, and fits the depth-3 tree of :mod:`ehrgym.bench.artifacts` on the train
 * ``detectable``: per subtype, the share of noisy test tasks whose served database differs from the
   clean one in some table (by count alone, and by content).
 
-A valid benchmark keeps the first two at chance. Serving the base unchanged to every clean twin fails
+* ``items`` (given the database): the same question per item — the twins of each pair whose noise edits
+  rows, with features read only from rows of the items the noise edits (the question's item: a
+  creatinine, a care unit), as ``SELECT itemid, count(*), sum(hash(labevents)) … GROUP BY itemid``
+  gives them. A background drawn from the whole table leaves most items as they are, the noise never
+  leaves its own.
+
+A valid benchmark keeps the first two (and ``items``) at chance. Serving the base unchanged to every clean twin fails
 that by construction: every overlay is visible in a checksum. Hence the background overlay of each
 pair (:mod:`ehrgym.bench.background`), served to both twins, so that no episode sees the base as such;
 what the probe can still read is how far the noise's own edits move a table's fingerprint beyond the
@@ -30,6 +36,7 @@ background's.
 from __future__ import annotations
 
 from collections import defaultdict
+from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -70,17 +77,21 @@ def _features(tasks: Sequence[Task], tables: Sequence[str]) -> np.ndarray:
 
 
 def _fit_score(train: list[Task], test: list[Task], label: Any, tables: Sequence[str]) -> dict[str, Any]:
+    return _fit(_features(train, tables), [label(t) for t in train], _features(test, tables), [label(t) for t in test])
+
+
+def _fit(x_train: np.ndarray, labels_train: list[int], x_test: np.ndarray, labels_test: list[int]) -> dict[str, Any]:
     from ehrgym.bench.artifacts import DepthLimitedTree, balanced_accuracy
     from ehrgym.bench.validity.text import interval95
 
-    y_train = np.array([label(t) for t in train], dtype=int)
-    y_test = np.array([label(t) for t in test], dtype=int)
-    out: dict[str, Any] = {"n_train": len(train), "n_test": len(test)}
-    if not len(test) or len(set(y_train.tolist())) < 2:
+    y_train = np.array(labels_train, dtype=int)
+    y_test = np.array(labels_test, dtype=int)
+    out: dict[str, Any] = {"n_train": len(y_train), "n_test": len(y_test)}
+    if not len(y_test) or len(set(y_train.tolist())) < 2:
         out["accuracy"] = None
         return out
-    tree = DepthLimitedTree(depth=3).fit(_features(train, tables), y_train)
-    pred = tree.predict(_features(test, tables))
+    tree = DepthLimitedTree(depth=3).fit(x_train, y_train)
+    pred = tree.predict(x_test)
     hit = pred == y_test
     share = float(y_test.mean())
     out.update(accuracy=round(float(hit.mean()), 4), interval95=interval95(int(hit.sum()), len(hit)),
@@ -88,8 +99,81 @@ def _fit_score(train: list[Task], test: list[Task], label: Any, tables: Sequence
     return out
 
 
-def state_validity(tasks: Iterable[Task]) -> dict[str, Any]:
-    """The database-state probes of a built benchmark (see the module docstring). Deterministic."""
+def _item_values(db: str | Path, tasks: Sequence[Task]) -> dict[str, dict[int, str | None]]:
+    """Per table with an item column: the item of every base row some served overlay deletes."""
+    import duckdb
+    import pyarrow as pa
+
+    from ehrgym.bench.background import ITEM_COLUMN
+    from ehrgym.db.schema import table_spec
+
+    need: dict[str, set[int]] = defaultdict(set)
+    for t in tasks:
+        for e in t.overlay.edits:
+            if e.table in ITEM_COLUMN:
+                need[e.table].update(e.delete_rowids)
+    out: dict[str, dict[int, str | None]] = {}
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        for table, rowids in sorted(need.items()):
+            wanted = pa.table({"r": pa.array(sorted(rowids), pa.int64())})  # noqa: F841 (read by DuckDB)
+            out[table] = dict(con.execute(
+                f"SELECT t.rowid, CAST(t.{ITEM_COLUMN[table]} AS VARCHAR) FROM {table_spec(table).qualified} t "
+                f"JOIN wanted ON t.rowid = wanted.r").fetchall())
+    finally:
+        con.close()
+    return out
+
+
+def item_validity(db: str | Path, tasks: Sequence[Task]) -> dict[str, Any]:
+    """The per-item probe (``items`` in the module docstring): clean vs noisy twin, on pairs whose noise edits
+    rows of a table with an item column, from (count change, content changed) restricted to those items."""
+    from ehrgym.bench.background import ITEM_COLUMN
+
+    values = _item_values(db, tasks)
+    by_pair: dict[str, dict[str, Task]] = defaultdict(dict)
+    for t in tasks:
+        by_pair[t.pair_id][t.variant] = t
+
+    def item_of(table: str, row: dict[str, Any]) -> str | None:
+        v = row.get(ITEM_COLUMN[table])
+        return None if v is None else str(v)
+
+    rows: dict[str, tuple[list[list[float]], list[int]]] = {"train": ([], []), "test": ([], [])}
+    for pair_id in sorted(by_pair):
+        pair = by_pair[pair_id]
+        noisy = pair.get("noise")
+        if noisy is None or noisy.noise is None or "clean" not in pair or noisy.split not in rows:
+            continue
+        items: dict[str, set[str | None]] = defaultdict(set)
+        for table, edit in noisy.noise.overlay.merged().items():
+            if table in ITEM_COLUMN:
+                items[table] |= {values[table].get(r) for r in edit.delete_rowids}
+                items[table] |= {item_of(table, r) for r in edit.insert_rows}
+        if not items:
+            continue
+        for variant in ("clean", "noise"):
+            delta = changed = 0
+            for table, edit in pair[variant].overlay.merged().items():
+                if table not in items:
+                    continue
+                lost = sum(values[table].get(r) in items[table] for r in set(edit.delete_rowids))
+                added = sum(item_of(table, r) in items[table] for r in edit.insert_rows)
+                delta += added - lost
+                changed += bool(lost or added)
+            rows[noisy.split][0].append([delta, changed])
+            rows[noisy.split][1].append(int(variant == "noise"))
+    (x_train, y_train), (x_test, y_test) = rows["train"], rows["test"]
+    report = _fit(np.array(x_train, dtype=float).reshape(-1, 2), y_train,
+                  np.array(x_test, dtype=float).reshape(-1, 2), y_test)
+    clean_changed = [x[1] > 0 for x, y in zip(x_test, y_test) if y == 0]
+    report["clean_item_changed"] = round(sum(clean_changed) / max(1, len(clean_changed)), 4)
+    return report
+
+
+def state_validity(tasks: Iterable[Task], db: str | Path | None = None) -> dict[str, Any]:
+    """The database-state probes of a built benchmark (see the module docstring); ``items`` needs the database.
+    Deterministic."""
     tasks = sorted(tasks, key=lambda t: t.task_id)
     tables = sorted({table for t in tasks for table in served_overlay_state(t)})
     train = [t for t in tasks if t.split == "train"]
@@ -109,11 +193,15 @@ def state_validity(tasks: Iterable[Task]) -> dict[str, Any]:
     report["clean_served_as_base"] = round(
         sum(not served_overlay_state(t) for t in test if t.variant == "clean")
         / max(1, sum(t.variant == "clean" for t in test)), 4)
+    if db is not None:
+        report["items"] = item_validity(db, tasks)
     return report
 
 
 def state_passes(report: dict[str, Any]) -> bool:
     """Whether both probes stay at chance (the validity target)."""
     cvn, ava = report["clean_vs_noise"], report["answer_vs_abstain"]
+    items = report.get("items", {})
     return ((cvn.get("accuracy") is None or cvn["accuracy"] <= BAR)
-            and (ava.get("accuracy") is None or ava["accuracy"] <= ava["majority"] + OUTCOME_SLACK))
+            and (ava.get("accuracy") is None or ava["accuracy"] <= ava["majority"] + OUTCOME_SLACK)
+            and (items.get("accuracy") is None or items["accuracy"] <= BAR))
