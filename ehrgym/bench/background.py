@@ -62,6 +62,11 @@ ITEM_COLUMN: dict[str, str] = {"labevents": "itemid", "chartevents": "itemid", "
                                "diagnoses_icd": "icd_code", "procedures_icd": "icd_code", "drgcodes": "drg_code",
                                "transfers": "careunit"}
 MAX_ITEM_COPIES = 40  # rows of the question's items re-sent in one batch: log-uniform in 1..MAX_ITEM_COPIES
+# rows of the question's items lost: log-uniform in 1..MAX_ITEM_LOST (at most half the other patients' rows of
+# them). Wider than MAX_DELETED: the noisy twin's item loses the background's rows plus the noise's own (missing
+# evidence: a median 28, a tail past 250), so a background as wide as the noise leaves the sum's tail to the noisy
+# twin (measured: the items probe read 0.552 at 400, a replay of the same pairs 0.538 at 800)
+MAX_ITEM_LOST = 800
 
 
 class BackgroundMaker:
@@ -138,8 +143,8 @@ class BackgroundMaker:
         own = noise.merged().get(table)
         dense = own.dense_id if own is not None else self._dense_id(table)
         item_copies: list[int] = []
-        lose = 0  # of the rows deleted, this many are of the question's items (one budget: the table's count moves
-        # as much as before)
+        lose = 0  # of the rows deleted, this many are of the question's items (the rest of the table's deletions
+        # fill the whole-table draw's budget)
         if items:  # other patients' rows of the question's items: some lost, some (where copies fit) re-sent
             pool = self.item_rows(table, items)
             free = pool[~np.isin(pool[:, 1], sorted(avoid_subjects))] if len(pool) else pool
@@ -154,7 +159,7 @@ class BackgroundMaker:
                 start = int(rng.integers(0, max(1, len(batch) - k + 1)))
                 item_copies = [int(r) for r in batch[start:start + k]]
             elif len(free) >= 3:  # or falls, as missing evidence makes it fall
-                lose = min(max(1, want), len(free) // 2)  # as far as the whole-table draw would have gone
+                lose = min(int(math.exp(rng.uniform(0.0, math.log(scale * MAX_ITEM_LOST + 1)))), len(free) // 2)
                 chosen = {int(free[i, 0]) for i in rng.choice(len(free), size=lose, replace=False)}
                 deleted = sorted(chosen | set([r for r in deleted if r not in chosen][:max(0, want - lose)]))
         deleted = deleted if lose else deleted[:want]

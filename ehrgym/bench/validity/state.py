@@ -36,6 +36,7 @@ background's.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -125,9 +126,22 @@ def _item_values(db: str | Path, tasks: Sequence[Task]) -> dict[str, dict[int, s
     return out
 
 
-def item_validity(db: str | Path, tasks: Sequence[Task]) -> dict[str, Any]:
-    """The per-item probe (``items`` in the module docstring): clean vs noisy twin, on pairs whose noise edits
-    rows of a table with an item column, from (count change, content changed) restricted to those items."""
+@dataclass(frozen=True)
+class ItemChange:
+    """One pair's twins seen through the items its noise edits: per twin the row-count change of those items and
+    how many tables changed rows of them (``count(*)`` and ``sum(hash(t))`` ``GROUP BY itemid`` against the clean
+    database)."""
+
+    split: str
+    subtype: str
+    clean_delta: int
+    clean_changed: int
+    noisy_delta: int
+    noisy_changed: int
+
+
+def item_changes(db: str | Path, tasks: Sequence[Task]) -> list[ItemChange]:
+    """:class:`ItemChange` of every pair whose noise edits rows of a table with an item column, in pair order."""
     from ehrgym.bench.background import ITEM_COLUMN
 
     values = _item_values(db, tasks)
@@ -139,11 +153,11 @@ def item_validity(db: str | Path, tasks: Sequence[Task]) -> dict[str, Any]:
         v = row.get(ITEM_COLUMN[table])
         return None if v is None else str(v)
 
-    rows: dict[str, tuple[list[list[float]], list[int]]] = {"train": ([], []), "test": ([], [])}
+    out: list[ItemChange] = []
     for pair_id in sorted(by_pair):
         pair = by_pair[pair_id]
         noisy = pair.get("noise")
-        if noisy is None or noisy.noise is None or "clean" not in pair or noisy.split not in rows:
+        if noisy is None or noisy.noise is None or "clean" not in pair:
             continue
         items: dict[str, set[str | None]] = defaultdict(set)
         for table, edit in noisy.noise.overlay.merged().items():
@@ -152,6 +166,7 @@ def item_validity(db: str | Path, tasks: Sequence[Task]) -> dict[str, Any]:
                 items[table] |= {item_of(table, r) for r in edit.insert_rows}
         if not items:
             continue
+        seen: list[int] = []
         for variant in ("clean", "noise"):
             delta = changed = 0
             for table, edit in pair[variant].overlay.merged().items():
@@ -161,8 +176,20 @@ def item_validity(db: str | Path, tasks: Sequence[Task]) -> dict[str, Any]:
                 added = sum(item_of(table, r) in items[table] for r in edit.insert_rows)
                 delta += added - lost
                 changed += bool(lost or added)
-            rows[noisy.split][0].append([delta, changed])
-            rows[noisy.split][1].append(int(variant == "noise"))
+            seen += [delta, changed]
+        out.append(ItemChange(noisy.split, noisy.noise.subtype, *seen))
+    return out
+
+
+def item_validity(db: str | Path, tasks: Sequence[Task]) -> dict[str, Any]:
+    """The per-item probe (``items`` in the module docstring): clean vs noisy twin, on pairs whose noise edits
+    rows of a table with an item column, from (count change, content changed) restricted to those items."""
+    rows: dict[str, tuple[list[list[float]], list[int]]] = {"train": ([], []), "test": ([], [])}
+    for c in item_changes(db, tasks):
+        if c.split not in rows:
+            continue
+        rows[c.split][0].extend([[c.clean_delta, c.clean_changed], [c.noisy_delta, c.noisy_changed]])
+        rows[c.split][1].extend([0, 1])
     (x_train, y_train), (x_test, y_test) = rows["train"], rows["test"]
     report = _fit(np.array(x_train, dtype=float).reshape(-1, 2), y_train,
                   np.array(x_test, dtype=float).reshape(-1, 2), y_test)
