@@ -122,3 +122,31 @@ def test_a_background_loses_more_of_an_item_than_the_noise_does(bench, synth_db)
     clean_tail = float(np.percentile([c.clean_delta for c in changes], 10))
     own_tail = float(np.percentile(own, 10))
     assert clean_tail <= 1.3 * own_tail, (clean_tail, own_tail)
+
+
+def test_the_cached_item_and_subject_lookups_match_the_database(verifier, monkeypatch):
+    """The draws read a table's subjects and item groups once per process (``CACHED_ROWS``); what they return must
+    be what the per-call queries of the database return, else a build would depend on the cache."""
+    import ehrgym.bench.background as background
+
+    tables = ("labevents", "prescriptions", "microbiologyevents", "diagnoses_icd", "transfers")
+    cached = background.BackgroundMaker(verifier)
+    for table in tables:
+        cached.subjects(table)
+    monkeypatch.setattr(background, "CACHED_ROWS", 0)
+    asked = background.BackgroundMaker(verifier)
+    checked = 0
+    for table in tables:
+        col = background.ITEM_COLUMN[table]
+        values = [str(v) for (v,) in verifier.clean_con.execute(
+            f"SELECT DISTINCT {col} FROM {background._spec(table)} WHERE {col} IS NOT NULL ORDER BY 1 LIMIT 6"
+        ).fetchall()]
+        assert cached.subjects(table) is not None and asked.subjects(table) is None
+        for items in (tuple(values[:1]), tuple(values[1:4]), (values[0], "no such item")):
+            got, want = cached.item_rows(table, items), asked.item_rows(table, items)
+            assert len(got) and np.array_equal(got, want), (table, items)
+            checked += 1
+        rowids = [0, 3, cached._count(table) - 1]
+        assert cached._subject_of(table, rowids) == asked._subject_of(table, rowids)
+    assert cached.item_rows("labevents", ("no such item",)).shape == (0, 2)
+    assert checked == 15

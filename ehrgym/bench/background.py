@@ -67,6 +67,9 @@ MAX_ITEM_COPIES = 40  # rows of the question's items re-sent in one batch: log-u
 # evidence: a median 28, a tail past 250), so a background as wide as the noise leaves the sum's tail to the noisy
 # twin (measured: the items probe read 0.552 at 400, a replay of the same pairs 0.538 at 800)
 MAX_ITEM_LOST = 800
+# tables up to this many rows have their subjects and item groups read into memory once per build process (~16
+# bytes a row); larger ones (full MIMIC-IV's chartevents) are asked row by row
+CACHED_ROWS = 50_000_000
 
 
 class BackgroundMaker:
@@ -76,22 +79,65 @@ class BackgroundMaker:
         self.verifier = verifier
         self._rows: dict[str, int] = {}
         self._dense: dict[str, str | None] = {}
-        self._item_rows: dict[tuple[str, tuple[str, ...]], np.ndarray] = {}
+        self._subjects: dict[str, np.ndarray | None] = {}
+        self._by_item: dict[str, tuple[dict[str, tuple[int, int]], np.ndarray]] = {}
+
+    def subjects(self, table: str) -> np.ndarray | None:
+        """``subject_id`` of every row of ``table`` by rowid (-1 where NULL), read once per process; None for a
+        table too large to hold (``CACHED_ROWS``) or whose rowids have gaps (the draws then ask the database)."""
+        if table not in self._subjects:
+            n = self._count(table)
+            got = None
+            if n <= CACHED_ROWS:
+                con = self.verifier.clean_con
+                top = con.execute(f"SELECT max(rowid) FROM {_spec(table)}").fetchone()
+                if top is not None and top[0] == n - 1:
+                    got = con.execute(f"SELECT coalesce(subject_id, -1) AS s FROM {_spec(table)} ORDER BY rowid"
+                                      ).fetchnumpy()["s"].astype(np.int64)
+            self._subjects[table] = got
+        return self._subjects[table]
 
     def item_rows(self, table: str, items: tuple[str, ...]) -> np.ndarray:
-        """(rowid, subject_id) of the rows of ``table`` whose item is one of ``items``, in rowid order."""
-        key = (table, items)
-        if key not in self._item_rows:
-            if len(self._item_rows) >= 512:
-                self._item_rows.pop(next(iter(self._item_rows)))
+        """(rowid, subject_id) of the rows of ``table`` whose item (as text) is one of ``items``, in rowid order.
+        The table's rowids sorted by item are read once per process, each item then a slice of them."""
+        subjects = self.subjects(table)
+        if subjects is None:
+            return self._item_rows_sql(table, items)
+        if table not in self._by_item:
             col = ITEM_COLUMN[table]
-            got = self.verifier.clean_con.execute(
-                f"SELECT rowid, subject_id FROM {_spec(table)} WHERE CAST({col} AS VARCHAR) IN "
-                f"(SELECT unnest(?::VARCHAR[])) ORDER BY rowid", [list(items)]).fetchnumpy()
-            self._item_rows[key] = np.stack([got["rowid"].astype(np.int64),
-                                             np.asarray(got["subject_id"], dtype=np.float64)], axis=1) \
-                if len(got["rowid"]) else np.zeros((0, 2))
-        return self._item_rows[key]
+            spec = _spec(table)
+            groups = self.verifier.clean_con.execute(
+                f"SELECT CAST({col} AS VARCHAR) AS v, count(*) FROM {spec} WHERE {col} IS NOT NULL "
+                f"GROUP BY v ORDER BY v").fetchall()
+            rowids = self.verifier.clean_con.execute(
+                f"SELECT rowid FROM {spec} WHERE {col} IS NOT NULL ORDER BY CAST({col} AS VARCHAR), rowid"
+            ).fetchnumpy()["rowid"].astype(np.int64)
+            ends = np.cumsum([c for _, c in groups], dtype=np.int64)
+            self._by_item[table] = ({v: (int(e - c), int(e)) for (v, c), e in zip(groups, ends)}, rowids)
+        spans, rowids = self._by_item[table]
+        picked = [rowids[a:b] for a, b in (spans[i] for i in set(items) if i in spans)]
+        if not picked:
+            return np.zeros((0, 2))
+        found = np.sort(np.concatenate(picked))
+        return np.stack([found, subjects[found].astype(np.float64)], axis=1)
+
+    def _item_rows_sql(self, table: str, items: tuple[str, ...]) -> np.ndarray:
+        col = ITEM_COLUMN[table]
+        got = self.verifier.clean_con.execute(
+            f"SELECT rowid, coalesce(subject_id, -1) AS subject_id FROM {_spec(table)} WHERE CAST({col} AS VARCHAR) "
+            f"IN (SELECT unnest(?::VARCHAR[])) ORDER BY rowid", [list(items)]).fetchnumpy()
+        if not len(got["rowid"]):
+            return np.zeros((0, 2))
+        return np.stack([got["rowid"].astype(np.int64), np.asarray(got["subject_id"], dtype=np.float64)], axis=1)
+
+    def _subject_of(self, table: str, rowids: list[int]) -> dict[int, int]:
+        """rowid -> subject_id (-1 where NULL) of ``rowids``."""
+        subjects = self.subjects(table)
+        if subjects is not None:
+            return {r: int(subjects[r]) for r in rowids}
+        return dict(self.verifier.clean_con.execute(
+            f"SELECT rowid, coalesce(subject_id, -1) FROM {_spec(table)} WHERE rowid IN "
+            f"({', '.join(map(str, rowids))})").fetchall())
 
     def focus(self, noise: Overlay, cohort_sql: str | None) -> tuple[dict[str, tuple[str, ...]], set[int]]:
         """The question's items per table: those of the rows its noise edits (a pair whose noise edits no row has
@@ -136,8 +182,7 @@ class BackgroundMaker:
         con = self.verifier.clean_con
         want = min(int(math.exp(rng.uniform(0.0, math.log(scale * MAX_DELETED + 1)))), n // 3)
         picks = sorted({int(r) for r in rng.integers(0, n, size=2 * want + 8)})
-        subj = dict(con.execute(f"SELECT rowid, subject_id FROM {_spec(table)} WHERE rowid IN "
-                                f"({', '.join(map(str, picks))})").fetchall())
+        subj = self._subject_of(table, picks)
         deleted = [r for r in picks if r not in avoid_rows and subj.get(r) not in avoid_subjects]
         # renumbered like the noise's edit of the same table (one view renumbers a table one way), else as the base
         own = noise.merged().get(table)

@@ -210,6 +210,23 @@ def _shift_at(shifts: list[tuple[int, int]], rowid: int) -> int:
     return got
 
 
+# Deleted rowids per leaf of the filter's search tree. DuckDB compares a literal ``rowid NOT IN (...)`` list value
+# by value for every row scanned (800 deleted rowids made a population query over 5M lab rows 20x slower: 820 ms
+# against 42 ms as a tree with 16 per leaf); a hashed anti-join (``NOT IN (SELECT unnest(...))``) is as fast but
+# does not keep the base's scan order, which tied rows are read in.
+DELETION_LEAF = 16
+
+
+def _not_deleted(rowids: list[int]) -> str:
+    """A filter keeping the rows whose rowid is not in ``rowids`` (sorted): a binary search tree of CASE branches
+    on ``rowid``, ``NOT IN`` lists at its leaves, evaluated row by row as a plain filter (scan order kept)."""
+    if len(rowids) <= DELETION_LEAF:
+        return f"rowid NOT IN ({', '.join(str(r) for r in rowids)})"
+    mid = len(rowids) // 2
+    return (f"CASE WHEN rowid < {rowids[mid]} THEN {_not_deleted(rowids[:mid])} "
+            f"ELSE {_not_deleted(rowids[mid:])} END")
+
+
 def _view_sql(spec: TableSpec, base: str, edit: TableEdit | None) -> str:
     source = f"{base}.{spec.qualified}"
     if edit is None:
@@ -220,7 +237,7 @@ def _view_sql(spec: TableSpec, base: str, edit: TableEdit | None) -> str:
         """The deletion filter of the base rows in (lo, hi]: only the deleted rowids there (a view cut into many
         rowid ranges would otherwise repeat the whole list in each)."""
         inside = [r for r in deleted if (lo is None or r > lo) and (hi is None or r <= hi)]
-        return f"rowid NOT IN ({', '.join(str(r) for r in inside)})" if inside else "TRUE"
+        return _not_deleted(inside) if inside else "TRUE"
     proj = "*"
     shifts = _id_shifts(edit) if edit.dense_id else []
     if shifts:
