@@ -305,3 +305,31 @@ def test_the_judgement_does_not_depend_on_the_worker_processes(built, synth_db):
     for sub in one:
         for field in ("features", "labels", "task", "table"):
             assert np.array_equal(getattr(one[sub], field), getattr(two[sub], field)), (sub, field)
+
+
+def test_many_deletions_filter_through_a_tree_that_keeps_the_scan_order(session):
+    """Hundreds of deleted rowids (a background's losses) are filtered by a search tree of CASE branches: the rows
+    left are the base's minus the deleted ones, in the base's order, and every query reads what one literal
+    ``NOT IN`` list gives (``benchmarks/bench_overlay.py`` times the two)."""
+    from ehrgym.db import overlay
+
+    con = session.con
+    base = [r[0] for r in con.execute("SELECT labevent_id FROM base.mimiciv_hosp.labevents").fetchall()]
+    deleted = tuple(sorted({int(r) for r in np.random.default_rng(5).integers(0, len(base), 600)}))
+    edit = TableEdit("labevents", deleted, (), (), None)
+    assert overlay._view_sql(overlay.table_spec("labevents"), "base", edit).count("CASE WHEN rowid <") >= 31
+    session.apply(Overlay((edit,)))
+    gone = set(deleted)
+    expected = [v for rowid, v in enumerate(base) if rowid not in gone]
+    query = ("SELECT itemid, count(*), round(sum(valuenum), 6), min(labevent_id) FROM mimiciv_hosp.labevents "
+             "GROUP BY itemid ORDER BY itemid")
+    try:
+        assert [r[0] for r in con.execute("SELECT labevent_id FROM mimiciv_hosp.labevents").fetchall()] == expected
+        tree = con.execute(query).fetchall()
+        session.clear()
+        con.execute(f"CREATE TEMP TABLE kept AS SELECT * FROM base.mimiciv_hosp.labevents "
+                    f"WHERE rowid NOT IN ({', '.join(map(str, deleted))})")
+        assert con.execute(query.replace("mimiciv_hosp.labevents", "kept")).fetchall() == tree
+    finally:
+        con.execute("DROP TABLE IF EXISTS kept")
+        session.clear()

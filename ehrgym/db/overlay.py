@@ -211,9 +211,10 @@ def _shift_at(shifts: list[tuple[int, int]], rowid: int) -> int:
 
 
 # Deleted rowids per leaf of the filter's search tree. DuckDB compares a literal ``rowid NOT IN (...)`` list value
-# by value for every row scanned (800 deleted rowids made a population query over 5M lab rows 20x slower: 820 ms
-# against 42 ms as a tree with 16 per leaf); a hashed anti-join (``NOT IN (SELECT unnest(...))``) is as fast but
-# does not keep the base's scan order, which tied rows are read in.
+# by value for every row the scan passes up: a whole-table look at a 10k-patient view deleting 400+ rows took 392 ms
+# against 63 ms as a tree with 16 per leaf (medians, ``benchmarks/bench_overlay.py``); gold SQL that filters first
+# gains less (population 1.10x, patient 1.00x). A hashed anti-join (``NOT IN (SELECT unnest(...))``) is as fast
+# but does not keep the base's scan order, which tied rows are read in.
 DELETION_LEAF = 16
 
 
@@ -316,7 +317,10 @@ class OverlaySession:
         merged = overlay.merged()
         if merged == self._current:
             return  # the k trials of a task reuse one overlay: nothing to re-point
-        pending = sorted(self._touched | set(merged))
+        known = self._current
+        # a view whose edit is the same in both overlays stays as it is (a pair's background under its noise)
+        pending = sorted(name for name in self._touched | set(merged)
+                         if known is None or known.get(name) != merged.get(name))
         # Record every table that may be left re-pointed before touching any, so a failure
         # part-way still lets clear() restore them all.
         self._touched |= set(merged)

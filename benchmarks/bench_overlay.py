@@ -1,0 +1,117 @@
+"""Overlay views: the cost of an overlay's deleted rows in the queries an episode runs.
+
+An overlay hides deleted base rows behind a filter on ``rowid``. DuckDB compares a literal
+``rowid NOT IN (…)`` list value by value for every row scanned, so a background or a noise that
+deletes hundreds of rows made every query over a large table pay hundreds of comparisons per row.
+Views now filter through a search tree of CASE branches (``ehrgym.db.overlay.DELETION_LEAF`` rowids
+per leaf). This prints, for the noisy twins of a benchmark built on a 10k-patient database, the
+gold SQL's time on its overlay with one list per view (the old form) and with the tree, as medians
+and the ratio of totals, by question level and by the most rowids one of its views deletes (results
+must be identical); and, where a view deletes 400 rowids or more, an agent's look at that whole table
+(``count(*)``, ``count(DISTINCT subject_id)``), which no other filter narrows first.
+
+    .venv/bin/python benchmarks/bench_overlay.py [--db data/bench/synth10k.duckdb] [--bench DIR] [--tasks 300]
+
+Without ``--bench`` a ``small`` benchmark is built once on the database under ``data/bench/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import ehrgym.db.overlay as overlay_module  # noqa: E402
+from ehrgym.bench.task import load_tasks_jsonl  # noqa: E402
+from ehrgym.bench.verify import PairVerifier  # noqa: E402
+from ehrgym.db.schema import table_spec  # noqa: E402
+
+LIST_FORM = 10**9
+SIZES = ((0, 100), (100, 400), (400, 10**9))  # groups by the most rowids one view of the task deletes  # a leaf this large: one NOT IN list per view, as before the tree
+
+
+def timed(verifier: PairVerifier, sql: str, overlay: overlay_module.Overlay, leaf: int, repeats: int
+          ) -> tuple[float, list[tuple[object, ...]]]:
+    overlay_module.DELETION_LEAF = leaf
+    verifier.session.clear()
+    verifier._overlay = None  # re-point the views in this form
+    verifier.use(overlay)
+    rows = verifier.con.execute(sql).fetchall()  # warm
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        verifier.con.execute(sql).fetchall()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--db", type=Path, default=REPO / "data/bench/synth10k.duckdb")
+    ap.add_argument("--patients", type=int, default=10_000)
+    ap.add_argument("--bench", type=Path, default=None)
+    ap.add_argument("--tasks", type=int, default=300, help="noisy twins timed (every k-th, spread over the build)")
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+
+    if not args.db.exists():
+        from ehrgym.db.synth import build_synthetic_database
+
+        args.db.parent.mkdir(parents=True, exist_ok=True)
+        build_synthetic_database(args.db, patients=args.patients, seed=1, progress=True)
+    bench = args.bench or args.db.with_name(args.db.stem + "-small")
+    if not (bench / "tasks.jsonl").exists():
+        from ehrgym.bench.build import build_benchmark
+
+        build_benchmark(args.db, bench, config="small", seed=0, progress=True)
+
+    noisy = [t for t in load_tasks_jsonl(bench / "tasks.jsonl") if t.variant == "noise"]
+    step = max(1, len(noisy) // args.tasks)
+    tasks = noisy[::step][: args.tasks]
+    verifier = PairVerifier(args.db)
+    default_leaf = overlay_module.DELETION_LEAF
+    by_level: dict[str, list[tuple[float, float]]] = {}
+    deleted: list[int] = []
+    deleted_by_level: dict[str, list[int]] = {}
+    for task in tasks:
+        listed, rows_listed = timed(verifier, task.gold_sql, task.overlay, LIST_FORM, args.repeats)
+        tree, rows_tree = timed(verifier, task.gold_sql, task.overlay, default_leaf, args.repeats)
+        if repr(rows_listed) != repr(rows_tree):  # repr: a NaN result equals itself
+            raise SystemExit(f"{task.task_id}: the two filters returned different rows")
+        by_level.setdefault(task.level, []).append((listed, tree))
+        # an agent's look at the whole table (no filter the scan could use first), on the view deleting the most
+        table, edit = max(task.overlay.merged().items(), key=lambda kv: len(kv[1].delete_rowids))
+        if len(edit.delete_rowids) >= SIZES[-1][0]:
+            scan = f"SELECT count(*), count(DISTINCT subject_id) FROM {table_spec(table).qualified}"
+            scan_listed, _ = timed(verifier, scan, task.overlay, LIST_FORM, args.repeats)
+            scan_tree, _ = timed(verifier, scan, task.overlay, default_leaf, args.repeats)
+            by_level.setdefault("whole-table scan", []).append((scan_listed, scan_tree))
+        deleted.append(max((len(e.delete_rowids) for e in task.overlay.merged().values()), default=0))
+        deleted_by_level.setdefault(task.level, []).append(deleted[-1])
+    overlay_module.DELETION_LEAF = default_leaf
+    verifier.close()
+    print(f"{len(tasks)} noisy twins of {bench} on {args.db.name}; deleted rowids per view: median "
+          f"{statistics.median(deleted):.0f}, max {max(deleted)}")
+    groups = {f"{level} (all)": pairs for level, pairs in sorted(by_level.items())}
+    for lo, hi in SIZES:
+        for level, pairs in sorted(by_level.items()):
+            if level not in deleted_by_level:
+                continue
+            chosen = [p for p, d in zip(pairs, deleted_by_level[level]) if lo <= d < hi]
+            if chosen:
+                groups[f"{level} {lo}-{hi - 1 if hi < 10**9 else ''} deleted"] = chosen
+    for name, pairs in groups.items():
+        listed = [a for a, _ in pairs]
+        tree = [b for _, b in pairs]
+        print(f"{name:28s} n={len(pairs):4d}  median list {1000 * statistics.median(listed):7.2f} ms  "
+              f"tree {1000 * statistics.median(tree):7.2f} ms  total list/tree {sum(listed) / sum(tree):5.2f}x  "
+              f"worst list {1000 * max(listed):8.1f} ms  tree {1000 * max(tree):7.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
