@@ -38,8 +38,7 @@ SIZES = ((0, 100), (100, 400), (400, 10**9))  # groups by the most rowids one vi
 def timed(verifier: PairVerifier, sql: str, overlay: overlay_module.Overlay, leaf: int, repeats: int
           ) -> tuple[float, list[tuple[object, ...]]]:
     overlay_module.DELETION_LEAF = leaf
-    verifier.session.clear()
-    verifier._overlay = None  # re-point the views in this form
+    verifier.clean()  # back to the base, so that the overlay's views are re-pointed in this form
     verifier.use(overlay)
     rows = verifier.con.execute(sql).fetchall()  # warm
     times = []

@@ -81,6 +81,7 @@ class BackgroundMaker:
         self._dense: dict[str, str | None] = {}
         self._subjects: dict[str, np.ndarray | None] = {}
         self._by_item: dict[str, tuple[dict[str, tuple[int, int]], np.ndarray]] = {}
+        self._asked: dict[tuple[str, tuple[str, ...]], np.ndarray] = {}
 
     def subjects(self, table: str) -> np.ndarray | None:
         """``subject_id`` of every row of ``table`` by rowid (-1 where NULL), read once per process; None for a
@@ -122,13 +123,20 @@ class BackgroundMaker:
         return np.stack([found, subjects[found].astype(np.float64)], axis=1)
 
     def _item_rows_sql(self, table: str, items: tuple[str, ...]) -> np.ndarray:
-        col = ITEM_COLUMN[table]
-        got = self.verifier.clean_con.execute(
-            f"SELECT rowid, coalesce(subject_id, -1) AS subject_id FROM {_spec(table)} WHERE CAST({col} AS VARCHAR) "
-            f"IN (SELECT unnest(?::VARCHAR[])) ORDER BY rowid", [list(items)]).fetchnumpy()
-        if not len(got["rowid"]):
-            return np.zeros((0, 2))
-        return np.stack([got["rowid"].astype(np.int64), np.asarray(got["subject_id"], dtype=np.float64)], axis=1)
+        """``item_rows`` of a table too large to hold: one scan per set of items, the last 512 kept (a template's
+        noise edits the same few items pair after pair)."""
+        key = (table, items)
+        if key not in self._asked:
+            if len(self._asked) >= 512:
+                self._asked.pop(next(iter(self._asked)))
+            col = ITEM_COLUMN[table]
+            got = self.verifier.clean_con.execute(
+                f"SELECT rowid, coalesce(subject_id, -1) AS subject_id FROM {_spec(table)} WHERE "
+                f"CAST({col} AS VARCHAR) IN (SELECT unnest(?::VARCHAR[])) ORDER BY rowid", [list(items)]).fetchnumpy()
+            self._asked[key] = np.stack([got["rowid"].astype(np.int64),
+                                         np.asarray(got["subject_id"], dtype=np.float64)], axis=1) \
+                if len(got["rowid"]) else np.zeros((0, 2))
+        return self._asked[key]
 
     def _subject_of(self, table: str, rowids: list[int]) -> dict[int, int]:
         """rowid -> subject_id (-1 where NULL) of ``rowids``."""
