@@ -246,6 +246,32 @@ def test_inserted_rows_scan_where_their_anchor_is(session, segments, monkeypatch
 
 
 @pytest.mark.parametrize("segments", [64, 1], ids=["rowid-ranges", "sorted-span"])
+def test_dense_ids_stay_gap_free_under_many_deletions_and_anchors(session, segments, monkeypatch):
+    """A background's hundreds of deletions and dozens of anchors: dense ids stay a gap-free sequence in scan order,
+    and each rowid range of the view spells out only the id moves inside it (not every move in every range)."""
+    from ehrgym.db import overlay
+
+    monkeypatch.setattr(overlay, "SEGMENTS", segments)
+    con = session.con
+    base = [r[0] for r in con.execute("SELECT labevent_id FROM base.mimiciv_hosp.labevents").fetchall()]
+    rng = np.random.default_rng(11)
+    deleted = tuple(sorted({int(r) for r in rng.integers(0, len(base), 300)}))
+    anchors = (-1,) + tuple(sorted(int(a) for a in rng.integers(0, len(base), 40))) + (len(base) - 1,)
+    rows = tuple({**fetch_rows(con, "labevents", [max(a, 0)], "base")[max(a, 0)],
+                  "labevent_id": base[0] + a} for a in anchors)  # each stores its anchor's id
+    edit = TableEdit("labevents", deleted, rows, anchors, "labevent_id")
+    sql = overlay._view_sql(overlay.table_spec("labevents"), "base", edit)
+    moves = len(overlay._id_shifts(edit))
+    assert sql.count("THEN") - sql.count("CASE WHEN rowid <") <= moves + 2 * len(set(anchors)) + 2
+    session.apply(Overlay((edit,)))
+    try:
+        got = [r[0] for r in con.execute("SELECT labevent_id FROM mimiciv_hosp.labevents").fetchall()]
+        assert got == list(range(base[0], base[0] + len(base) - len(deleted) + len(rows)))
+    finally:
+        session.clear()
+
+
+@pytest.mark.parametrize("segments", [64, 1], ids=["rowid-ranges", "sorted-span"])
 def test_deleted_rows_leave_every_rowid_range_of_the_view(session, segments, monkeypatch):
     """Each rowid range of a view filters only the deletions inside it; the rows left are the base's minus the
     deleted ones, with the inserted rows after their anchors, whichever range a deletion falls in."""

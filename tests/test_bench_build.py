@@ -155,7 +155,8 @@ def test_parallel_build_reports_pairs_while_workers_run(synth_db, tmp_path, monk
     def recording(jobs, bar=None, poll_seconds=0.25):
         probe = Bar()
         results = original(jobs, probe, poll_seconds=0.01)
-        seen.append((probe.n, sum(len(r["drafts"]) for r in results)))
+        seen.append((probe.n, sum(len(m["first"]) + len(m["balance"]) for r in results
+                                  for m in r["templates"].values())))
         return results
 
     monkeypatch.setattr(builder, "_run_workers", recording)
@@ -163,6 +164,45 @@ def test_parallel_build_reports_pairs_while_workers_run(synth_db, tmp_path, monk
     templates = [t for t in all_templates() if t.intent in ("labs", "encounters")]
     build_benchmark(synth_db, tmp_path / "p", config=cfg, seed=3, progress=False, templates=templates)
     assert seen and seen[0][0] == seen[0][1] > 0
+
+
+def test_a_template_gives_the_same_pairs_in_whichever_worker_claims_it(synth_db, tmp_path):
+    """Workers claim templates from one shared list: whichever worker makes a template, and whatever it made
+    before, the template's pairs, slot states and stats are the same; a claimed template is made once."""
+    from ehrgym.bench.builder import Builder, _claim, _fill_worker
+
+    cfg = BuildConfig("tiny", 24, min_candidates=12)
+    templates = [t for t in all_templates() if t.intent in ("labs", "encounters")][:3]
+    b = Builder(synth_db, cfg, 4, progress=False, templates=templates)
+    try:
+        plan = b.sample()
+    finally:
+        b.close()
+    job = [(t, [(sub, q) for (tid, sub), q in sorted(plan.items()) if tid == t.id], b.candidates.get(t.id, []))
+           for t in templates]
+
+    def run(claims: Path, taken: tuple[int, ...] = ()) -> dict:
+        claims.mkdir()
+        for i in taken:
+            assert _claim(str(claims), i) and not _claim(str(claims), i)
+        return _fill_worker(((str(synth_db), cfg, 4, job, str(claims)), None))["templates"]
+
+    alone = run(tmp_path / "all")  # one worker makes all three, in order
+    late = run(tmp_path / "late", taken=(0, 1))  # another makes only the third, with nothing before it
+    early = run(tmp_path / "early", taken=(2,))
+    assert set(alone) == {t.id for t in templates} and set(late) == {templates[2].id}
+    assert set(early) == {templates[0].id, templates[1].id}
+
+    def digest(made: dict) -> list:
+        return [(d.subtype, sorted(d.params.items()), d.clean["question"], d.noise["question"],
+                 d.noise["gold_sql"], d.clean["background"]) for part in ("first", "balance") for d in made[part]]
+
+    for tid, made in {**early, **late}.items():
+        assert made["first"], tid
+        assert digest(made) == digest(alone[tid]), tid
+        assert made["slots"] == alone[tid]["slots"] and made["used"] == alone[tid]["used"]
+        assert made["stats"].attempts == alone[tid]["stats"].attempts
+        assert made["stats"].discarded_by_subtype == alone[tid]["stats"].discarded_by_subtype
 
 
 def test_benchmark_api(small):

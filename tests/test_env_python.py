@@ -73,3 +73,21 @@ def test_a_huge_allocation_is_contained(env: EhrEnv) -> None:
     assert r.observation.error and not r.done
     assert "MemoryError" in r.observation.text or r.info["killed"] == "memory"
     assert run(env, "print(2 + 2)").observation.text.strip() == "4"
+
+
+def test_sql_replies_come_in_whole_quanta(tmp_path) -> None:
+    """PythonLimits.sql_time_quantum_ms: a cell timing its sql() calls reads whole quanta (0: the query's own time)."""
+    db = make_tiny_db(tmp_path / "q.duckdb")
+    code = ("import time\nts = []\nfor _ in range(4):\n    s = time.perf_counter()\n    sql('SELECT count(*) FROM "
+            "labevents')\n    ts.append((time.perf_counter() - s) * 1000)\nprint(*ts)")
+    for quantum in (40.0, 0.0):
+        limits = pyworker.PythonLimits(cpu_seconds=1.0, wall_seconds=5.0, sql_time_quantum_ms=quantum)
+        with EhrEnv(db, EnvConfig(max_steps=10, python_limits=limits)) as env:
+            env.reset(last_creat_task())
+            times = [float(x) for x in run(env, code).observation.text.split()]
+        if quantum:  # each call a whole number of quanta (the first, in a fresh worker, may take several)
+            assert all(t >= quantum * 0.98 and (t + 0.02 * quantum) % quantum < 0.4 * quantum for t in times), times
+        else:
+            assert min(times) < 20, times
+    with pytest.raises(ValueError, match="sql_time_quantum_ms"):
+        pyworker.PythonLimits(sql_time_quantum_ms=-1)

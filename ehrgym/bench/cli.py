@@ -46,6 +46,29 @@ def card(path: Path, as_json: bool, no_verify_hash: bool) -> None:
         click.echo(md.read_text(encoding="utf-8") if md.exists() else json.dumps(bench.card, indent=2))
 
 
+@group.command("timing-probe")
+@click.argument("path", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--db", "db", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Database to time on (default: the one the benchmark was built from).")
+@click.option("--per-split", type=int, default=300, show_default=True, help="Pairs timed per split (train, test).")
+@click.option("--repeats", type=int, default=5, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--through-env", is_flag=True, help="Time from Python cells of real episodes (as an agent can) instead "
+              "of a bare connection.")
+@click.option("--quantum-ms", type=float, default=None, help="With --through-env: the sql() reply quantum "
+              "(default: PythonLimits' own; 0: none).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def timing_probe(path: Path, db: Path | None, per_split: int, repeats: int, seed: int, through_env: bool,
+                 quantum_ms: float | None, as_json: bool) -> None:
+    """Can an agent tell a noisy episode from a clean one by timing its own queries? (machine-dependent:
+    not part of the card)."""
+    from ehrgym.bench.validity.timing import probe_benchmark, report_lines
+
+    report = probe_benchmark(path, db, per_split=per_split, repeats=repeats, seed=seed, progress=not as_json,
+                             through_env=through_env, quantum_ms=quantum_ms)
+    click.echo(json.dumps(report, indent=2, sort_keys=True) if as_json else "\n".join(report_lines(report)))
+
+
 @group.command("show")
 @click.argument("path", type=click.Path(file_okay=False, path_type=Path))
 @click.argument("task_or_pair_id")

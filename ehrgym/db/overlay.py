@@ -239,14 +239,24 @@ def _view_sql(spec: TableSpec, base: str, edit: TableEdit | None) -> str:
         rowid ranges would otherwise repeat the whole list in each)."""
         inside = [r for r in deleted if (lo is None or r > lo) and (hi is None or r <= hi)]
         return _not_deleted(inside) if inside else "TRUE"
-    proj = "*"
     shifts = _id_shifts(edit) if edit.dense_id else []
-    if shifts:
-        case = " ".join(f"WHEN rowid < {at} THEN {prev}" for (at, _), prev in
-                        zip(shifts, [0] + [s for _, s in shifts[:-1]]))
-        proj = f'* REPLACE ("{edit.dense_id}" + CASE {case} ELSE {shifts[-1][1]} END AS "{edit.dense_id}")'
+
+    def proj(lo: int | None = None, hi: int | None = None) -> str:
+        """The columns of the base rows in (lo, hi]: the dense id moved by the edits before each row, spelled
+        out only for the moves inside the range (a view cut into many rowid ranges would otherwise repeat every
+        move in each, and bind them all again in every query that reads the view)."""
+        if not shifts:
+            return "*"
+        start = _shift_at(shifts, lo + 1) if lo is not None else 0
+        inside = [(at, s) for at, s in shifts if (lo is None or at > lo + 1) and (hi is None or at <= hi)]
+        shift = str(start)
+        if inside:
+            case = " ".join(f"WHEN rowid < {at} THEN {prev}" for (at, _), prev in
+                            zip(inside, [start] + [s for _, s in inside[:-1]]))
+            shift = f"CASE {case} ELSE {inside[-1][1]} END"
+        return f'* REPLACE ("{edit.dense_id}" + {shift} AS "{edit.dense_id}")'
     if not edit.insert_rows:
-        return f"SELECT {proj} FROM {source} WHERE {not_in()}"
+        return f"SELECT {proj()} FROM {source} WHERE {not_in()}"
     # inserted rows in scan order: after their anchor, several at one anchor in the given order
     placed: list[tuple[int, int, JsonRow]] = []
     seen: dict[int, int] = {}
@@ -271,24 +281,24 @@ def _view_sql(spec: TableSpec, base: str, edit: TableEdit | None) -> str:
         prev = None
         for stop in stops:
             after = f"rowid > {prev} AND " if prev is not None else ""
-            parts.append(f"SELECT {proj} FROM {source} WHERE {after}rowid <= {stop} AND {not_in(prev, stop)}")
+            parts.append(f"SELECT {proj(prev, stop)} FROM {source} WHERE {after}rowid <= {stop} AND {not_in(prev, stop)}")
             parts += [literal(a, j, r, False) for a, j, r in anchored if a == stop]
             prev = stop
-        parts.append(f"SELECT {proj} FROM {source} WHERE rowid > {prev} AND {not_in(prev)}")
+        parts.append(f"SELECT {proj(prev)} FROM {source} WHERE rowid > {prev} AND {not_in(prev)}")
     elif anchored:
         lo, hi = anchored[0][0], anchored[-1][0]
-        parts.append(f"SELECT {proj} FROM {source} WHERE rowid <= {lo} AND {not_in(None, lo)}")
+        parts.append(f"SELECT {proj(None, lo)} FROM {source} WHERE rowid <= {lo} AND {not_in(None, lo)}")
         if lo == hi:
             parts += [literal(a, j, r, False) for a, j, r in anchored]
         else:  # many anchors: the base rows between the first and the last, sorted with the new ones
-            middle = [f"SELECT rowid AS __pos, 0 AS __kind, 0 AS __j, {proj} FROM {source} "
+            middle = [f"SELECT rowid AS __pos, 0 AS __kind, 0 AS __j, {proj(lo, hi)} FROM {source} "
                       f"WHERE rowid > {lo} AND rowid <= {hi} AND {not_in(lo, hi)}"]
             middle += [literal(a, j, r, True) for a, j, r in anchored]
             parts.append("SELECT * EXCLUDE (__pos, __kind, __j) FROM ("
                          + "\nUNION ALL ".join(middle) + "\nORDER BY __pos, __kind, __j)")
-        parts.append(f"SELECT {proj} FROM {source} WHERE rowid > {hi} AND {not_in(hi)}")
+        parts.append(f"SELECT {proj(hi)} FROM {source} WHERE rowid > {hi} AND {not_in(hi)}")
     else:
-        parts.append(f"SELECT {proj} FROM {source} WHERE {not_in()}")
+        parts.append(f"SELECT {proj()} FROM {source} WHERE {not_in()}")
     parts += [literal(a, j, r, False) for a, j, r in tail]
     return "\nUNION ALL ".join(parts)
 

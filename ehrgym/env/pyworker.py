@@ -47,6 +47,7 @@ explicit, labelled unsafe mode.
 from __future__ import annotations
 
 import json
+import math
 import os
 import pickle
 import signal
@@ -87,6 +88,10 @@ class PythonLimits:
     flood_chars: int = 1_000_000
     #: CPU seconds one worker may use over its whole life (kernel RLIMIT_CPU backstop)
     worker_cpu_seconds: float = 600.0
+    #: each ``sql()`` reply is sent a whole number of these milliseconds after the call asked (0: when ready), so a
+    #: cell that times its own queries reads the quantum, not what the episode's views cost (a noisy twin's views
+    #: carry the noise's edits on top of the background both twins get; ``ehrgym.bench.validity.timing``)
+    sql_time_quantum_ms: float = 10.0
 
     def __post_init__(self) -> None:
         for name in ("cpu_seconds", "wall_seconds", "memory_mb", "output_chars", "flood_chars", "worker_cpu_seconds"):
@@ -94,6 +99,8 @@ class PythonLimits:
                 raise ValueError(f"PythonLimits.{name} must be positive, got {getattr(self, name)!r}")
         if self.max_processes < 0:
             raise ValueError(f"PythonLimits.max_processes must be >= 0, got {self.max_processes!r}")
+        if not self.sql_time_quantum_ms >= 0:
+            raise ValueError(f"PythonLimits.sql_time_quantum_ms must be >= 0, got {self.sql_time_quantum_ms!r}")
         if self.flood_chars < self.output_chars:
             raise ValueError("PythonLimits.flood_chars must be at least output_chars")
 
@@ -508,7 +515,9 @@ class PythonWorker:
                 kind, payload = _recv_frame(sock, deadline, {b"S": _MAX_QUERY_BYTES, b"D": self._max_done})
                 if kind == b"S":
                     calls += 1
+                    asked = time.monotonic()
                     reply_kind, reply = self._serve_sql(payload.decode("utf-8", "replace"), sql, pd)
+                    _hold_to_quantum(asked, lim.sql_time_quantum_ms, deadline)
                     _send_frame(sock, reply_kind, reply, deadline)
                     continue
                 done = _parse_done(payload)
@@ -566,6 +575,18 @@ class PythonWorker:
 
 
 # ---------------------------------------------------------------------- framing (parent side)
+
+
+def _hold_to_quantum(asked: float, quantum_ms: float, deadline: float) -> None:
+    """Wait until a whole number (at least one) of ``quantum_ms`` has passed since ``asked`` (never past the
+    run's deadline): what the reply's timing tells the cell is how many quanta the query took, not its cost."""
+    if quantum_ms <= 0:
+        return
+    quantum = quantum_ms / 1000.0
+    target = asked + max(1, math.ceil((time.monotonic() - asked) / quantum)) * quantum
+    wait = min(target, deadline) - time.monotonic()
+    if wait > 0:
+        time.sleep(wait)
 
 
 def _send_frame(sock: socket.socket, kind: bytes, payload: bytes, deadline: float) -> None:

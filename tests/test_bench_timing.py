@@ -1,0 +1,101 @@
+"""The timing side-channel probe (ehrgym.bench.validity.timing): it times what it says, and it sees a channel
+when one is there (a positive control), so that its near-chance numbers on real builds mean something."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import duckdb
+import pytest
+
+from ehrgym.bench.build import build_benchmark
+from ehrgym.bench.configs import BuildConfig
+from ehrgym.bench.templates import all_templates
+from ehrgym.bench.validity.timing import evidence_table, time_episodes, timed_pairs, timing_report
+from ehrgym.db.overlay import END, Overlay, TableEdit, fetch_rows
+
+
+@pytest.fixture(scope="module")
+def tiny(synth_db, tmp_path_factory):
+    templates = [t for t in all_templates() if t.intent == "labs"]
+    return build_benchmark(synth_db, tmp_path_factory.mktemp("timing") / "b", config=BuildConfig("tiny", 40,
+                           min_candidates=12), seed=2, progress=False, templates=templates)
+
+
+def test_only_twins_served_different_data_are_timed(tiny, synth_db):
+    pairs = timed_pairs(tiny.tasks, per_split=1000)
+    assert pairs and all(c.variant == "clean" and n.variant == "noise" and c.pair_id == n.pair_id for c, n in pairs)
+    assert all(c.overlay != n.overlay for c, n in pairs)
+    skipped = {t.pair_id for t in tiny.tasks} - {c.pair_id for c, _ in pairs}
+    assert all(t.overlay == next(u for u in tiny.tasks if u.pair_id == t.pair_id and u.variant == "clean").overlay
+               for t in tiny.tasks if t.pair_id in skipped and t.variant == "noise" and t.split in ("train", "test"))
+    assert len(timed_pairs(tiny.tasks, per_split=2)) <= 4
+    rows = time_episodes(synth_db, pairs[:6], repeats=2)
+    assert len(rows) == 12 and {r.noisy for r in rows} == {True, False}
+    assert all(0 < r.best_ms and 0 < r.first_ms for r in rows)
+    assert all(r.table == evidence_table(n) for r, (_, n) in zip(rows[::2], pairs[:6]))
+
+
+def test_the_probe_reads_a_channel_that_is_there(tiny, synth_db):
+    """Positive control: noisy twins whose view carries 400 extra literal rows are told from clean twins served the
+    base (no background): the probe is not blind."""
+    report = timing_report(time_episodes(synth_db, _heavy_pairs(tiny, synth_db), repeats=2))
+    assert report["noisy_slower_first"]["share"] >= 0.9
+    assert report["clean_vs_noise"]["balanced_accuracy"] >= 0.8
+    assert report["passes"] is False
+
+
+def test_timing_probe_cli(tiny, synth_db, tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from ehrgym.cli import cli
+
+    res = CliRunner().invoke(cli, ["bench", "timing-probe", str(tiny.out), "--per-split", "4", "--repeats", "1",
+                                   "--json"])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.output)
+    assert report["pairs_timed"] <= 8 and set(report["clean_vs_noise"]) >= {"n_train", "n_test"}
+    res = CliRunner().invoke(cli, ["bench", "timing-probe", str(tiny.out), "--per-split", "4", "--repeats", "1"])
+    assert res.exit_code == 0 and "clean vs noisy from timings" in res.output
+    res = CliRunner().invoke(cli, ["bench", "timing-probe", str(tiny.out), "--db", str(tmp_path / "none.duckdb")])
+    assert res.exit_code != 0 and "does not exist" in str(res.exception or res.output)
+
+
+def _heavy_pairs(tiny, synth_db, n: int = 24, rows: int = 400):
+    """Positive-control twins: clean served the base, noisy a view of its evidence table carrying ``rows`` extra
+    rows (400 cost a whole-table count about 60 ms more on the test machine, 100 about 15 ms)."""
+    from ehrgym.bench.templates.registry import get_template
+
+    pairs = timed_pairs(tiny.tasks, per_split=1000)[:n]
+    out = []
+    for i, (clean, noisy) in enumerate(pairs):
+        table = get_template(noisy.template_id).evidence.table
+        con = duckdb.connect(str(synth_db), read_only=True)
+        try:
+            row = fetch_rows(con, table, [0])[0]
+        finally:
+            con.close()
+        edit = TableEdit(table, (), (row,) * rows, (END,) * rows)
+        split = "train" if i % 2 == 0 else "test"
+        out.append((replace(clean, split=split, background=Overlay()),
+                    replace(noisy, split=split, background=Overlay(),
+                            noise=replace(noisy.noise, overlay=Overlay((edit,))))))
+    return out
+
+
+def test_the_sql_reply_quantum_hides_what_a_cell_could_time(tiny, synth_db):
+    """Through real episodes: without the Python tool's reply quantum a cell times the heavy view as slower; with a
+    quantum longer than the difference every call takes one quantum and the twins time alike (a difference longer
+    than the quantum still shows, as whole quanta)."""
+    pytest.importorskip("ehrgym.env.pyworker")
+    from ehrgym.bench.validity.timing import time_episodes_env
+
+    heavy = _heavy_pairs(tiny, synth_db, n=16, rows=100)
+    bare = timing_report(time_episodes_env(synth_db, heavy, repeats=2, quantum_ms=0))
+    assert bare["noisy_slower_first"]["share"] >= 0.9
+    rows = time_episodes_env(synth_db, heavy, repeats=2, quantum_ms=60)
+    assert all(60 * 0.98 <= r.best_ms < 2 * 60 for r in rows)
+    held = timing_report(rows)
+    assert held["noisy_slower_first"]["share"] <= 0.8 and held["noisy_slower_best"]["share"] <= 0.8
