@@ -32,7 +32,7 @@ from ehrgym.bench.noise.value import RESULT_ROWS
 from ehrgym.bench.noise.values import decimals_of, value_text
 from ehrgym.bench.task import Task
 from ehrgym.bench.templates import all_templates
-from ehrgym.db.overlay import OverlaySession, to_json_value
+from ehrgym.db.overlay import OverlaySession, overlay_connection, to_json_value
 from ehrgym.db.schema import table_spec
 
 FEATURES = ("id_rank", "position_rank", "id_minus_position", "null_cells", "value_null", "decimals",
@@ -411,16 +411,7 @@ TaskRows = tuple[list[list[float]], list[int], list[int], str]
 
 def _collect_tasks(db: str, items: list[tuple[str, int, Task]], seed: int) -> dict[tuple[str, int], TaskRows]:
     """Features, labels, fold keys and evidence table of the rows of each ``(subtype, index, task)``."""
-    import duckdb
-
-    from ehrgym.db.connect import attach_base
-    from ehrgym.db.schema import search_path_sql
-
-    con = duckdb.connect()
-    con.execute("SET threads = 1")  # scan order as one reader sees it
-    attach_base(con, db)
-    session = OverlaySession(con)
-    con.execute(search_path_sql())
+    con, session = overlay_connection(db)  # one thread: scan order as one reader sees it
     out: dict[tuple[str, int], TaskRows] = {}
     try:
         for sub, i, task in items:

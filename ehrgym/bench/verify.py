@@ -28,8 +28,7 @@ from typing import Any
 import duckdb
 
 from ehrgym.bench.answers import AnswerSpec, NotComparable, answers_match, gold_from_rows, parse_datetime
-from ehrgym.db.connect import attach_base
-from ehrgym.db.overlay import Overlay, OverlaySession
+from ehrgym.db.overlay import Overlay, overlay_connection
 from ehrgym.db.schema import search_path_sql
 
 
@@ -101,14 +100,10 @@ class PairVerifier:
     """Runs SQL on clean or overlaid views of one database (see the module docstring)."""
 
     def __init__(self, db_path: str | Path, threads: int = 1) -> None:
-        self.con = duckdb.connect()
         # One thread by default, as episodes are served (ConnectionSettings.threads): a naive SQL that meets
         # tied rows (conflicting records at one charttime) then reads them in scan order, so what the verifier
         # records is what an agent's query returns, not one of several thread schedules.
-        self.con.execute(f"SET threads = {int(threads)}")
-        attach_base(self.con, db_path)
-        self.session = OverlaySession(self.con)
-        self.con.execute(search_path_sql())
+        self.con, self.session = overlay_connection(db_path, threads)
         self._overlay: Overlay | None = Overlay()
         self._clean_rows: dict[str, list[tuple[Any, ...]]] = {}
         self.last_rows: dict[str, list[tuple[Any, ...]]] = {}  # check_noise's naive and robust rows

@@ -15,6 +15,7 @@ ids stay a gap-free sequence in scan order, exactly as the base assigns them.
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import math
 from dataclasses import dataclass, field
@@ -202,12 +203,16 @@ def _id_shifts(edit: TableEdit) -> list[tuple[int, int]]:
 
 
 def _shift_at(shifts: list[tuple[int, int]], rowid: int) -> int:
-    got = 0
-    for at, shift in shifts:
-        if at > rowid:
-            break
-        got = shift
-    return got
+    """The shift of the last move at or before ``rowid`` (0 before the first)."""
+    i = bisect.bisect_right(shifts, rowid, key=lambda m: m[0])
+    return shifts[i - 1][1] if i else 0
+
+
+def _within(values: list[Any], lo: int | None, hi: int | None, key: Any = None) -> list[Any]:
+    """The items of sorted ``values`` (by ``key``) in (lo, hi]; None: unbounded on that side."""
+    start = 0 if lo is None else bisect.bisect_right(values, lo, key=key)
+    stop = len(values) if hi is None else bisect.bisect_right(values, hi, key=key)
+    return values[start:stop]
 
 
 # Deleted rowids per leaf of the filter's search tree. DuckDB compares a literal ``rowid NOT IN (...)`` list value
@@ -237,7 +242,7 @@ def _view_sql(spec: TableSpec, base: str, edit: TableEdit | None) -> str:
     def not_in(lo: int | None = None, hi: int | None = None) -> str:
         """The deletion filter of the base rows in (lo, hi]: only the deleted rowids there (a view cut into many
         rowid ranges would otherwise repeat the whole list in each)."""
-        inside = [r for r in deleted if (lo is None or r > lo) and (hi is None or r <= hi)]
+        inside = _within(deleted, lo, hi)
         return _not_deleted(inside) if inside else "TRUE"
     shifts = _id_shifts(edit) if edit.dense_id else []
 
@@ -248,7 +253,7 @@ def _view_sql(spec: TableSpec, base: str, edit: TableEdit | None) -> str:
         if not shifts:
             return "*"
         start = _shift_at(shifts, lo + 1) if lo is not None else 0
-        inside = [(at, s) for at, s in shifts if (lo is None or at > lo + 1) and (hi is None or at <= hi)]
+        inside = _within(shifts, None if lo is None else lo + 1, hi, key=lambda m: m[0])
         shift = str(start)
         if inside:
             case = " ".join(f"WHEN rowid < {at} THEN {prev}" for (at, _), prev in
@@ -347,6 +352,22 @@ class OverlaySession:
 
     def clear(self) -> None:
         self.apply(Overlay())
+
+
+def overlay_connection(db: Any, threads: int | None = 1) -> tuple[duckdb.DuckDBPyConnection, OverlaySession]:
+    """A fresh in-memory connection with ``db`` attached read-only as ``base`` and views named like the MIMIC-IV
+    tables on the search path — an episode's connection; ``threads`` 1 reads tied rows in scan order, as
+    episodes are served (None: DuckDB's default)."""
+    from ehrgym.db.connect import attach_base
+    from ehrgym.db.schema import search_path_sql
+
+    con = duckdb.connect()
+    if threads is not None:
+        con.execute(f"SET threads = {int(threads)}")
+    attach_base(con, db)
+    session = OverlaySession(con)
+    con.execute(search_path_sql())
+    return con, session
 
 
 def apply_overlay(con: duckdb.DuckDBPyConnection, overlay: Overlay, base: str = "base") -> OverlaySession:

@@ -51,6 +51,16 @@ class EpisodeTiming:
     best_ms: float
 
 
+def _in_random_order(rng: np.random.Generator, clean: Task, noisy: Task) -> list[Task]:
+    """The twins in a seeded random order, so neither is always timed first (on a warmer machine)."""
+    return [clean, noisy] if rng.random() < 0.5 else [noisy, clean]
+
+
+def _timing(task: Task, table: str, first_ms: float, best_ms: float) -> EpisodeTiming:
+    return EpisodeTiming(task.pair_id, task.split, task.variant == "noise", task.noise.subtype if task.noise else None,
+                         table, round(first_ms, 4), round(best_ms, 4))
+
+
 def timed_pairs(tasks: Sequence[Task], splits: Sequence[str] = ("train", "test"),
                 per_split: int = 300, seed: int = 0) -> list[tuple[Task, Task]]:
     """(clean, noisy) twins whose served overlays differ, at most ``per_split`` drawn per split."""
@@ -82,26 +92,18 @@ def time_episodes(db: str | Path, pairs: Sequence[tuple[Task, Task]], repeats: i
                   progress: bool = False) -> list[EpisodeTiming]:
     """Time ``PROBE_SQL`` in each twin's served database (one connection, views re-pointed per episode as the
     environment's connection pool does; one thread)."""
-    import duckdb
     from tqdm.auto import tqdm
 
-    from ehrgym.db.connect import attach_base
-    from ehrgym.db.overlay import OverlaySession
-    from ehrgym.db.schema import search_path_sql
+    from ehrgym.db.overlay import overlay_connection
 
-    con = duckdb.connect()
-    con.execute("SET threads = 1")
-    attach_base(con, db)
-    session = OverlaySession(con)
-    con.execute(search_path_sql())
+    con, session = overlay_connection(db)
     rng = np.random.default_rng(seed)
     out: list[EpisodeTiming] = []
     try:
         for clean, noisy in tqdm(pairs, desc="timing twins", disable=not progress, leave=False):
             table = evidence_table(noisy)
             sql = PROBE_SQL.format(table=table)
-            twins = [clean, noisy] if rng.random() < 0.5 else [noisy, clean]
-            for task in twins:
+            for task in _in_random_order(rng, clean, noisy):
                 session.clear()
                 con.execute(sql).fetchall()  # the base's cost warm in both twins' runs alike
                 session.apply(task.overlay)
@@ -113,9 +115,7 @@ def time_episodes(db: str | Path, pairs: Sequence[tuple[Task, Task]], repeats: i
                     t0 = time.perf_counter()
                     con.execute(sql).fetchall()
                     best = min(best, time.perf_counter() - t0)
-                out.append(EpisodeTiming(task.pair_id, task.split, task.variant == "noise",
-                                         task.noise.subtype if task.noise else None, table,
-                                         round(first * 1e3, 4), round(best * 1e3, 4)))
+                out.append(_timing(task, table, first * 1e3, best * 1e3))
         session.clear()
     finally:
         con.close()
@@ -151,14 +151,12 @@ def time_episodes_env(db: str | Path, pairs: Sequence[tuple[Task, Task]], repeat
         for clean, noisy in tqdm(pairs, desc="timing twins (env)", disable=not progress, leave=False):
             table = evidence_table(noisy)
             code = ENV_PROBE_CODE.format(calls=repeats + 1, sql=PROBE_SQL.format(table=table))
-            for task in ([clean, noisy] if rng.random() < 0.5 else [noisy, clean]):
+            for task in _in_random_order(rng, clean, noisy):
                 env.reset(task)
                 text = env.step(PythonAction(code)).observation.text.split()
                 if len(text) != 2:
                     raise RuntimeError(f"the timing cell failed in {task.task_id}: {' '.join(text)[:300]}")
-                out.append(EpisodeTiming(task.pair_id, task.split, task.variant == "noise",
-                                         task.noise.subtype if task.noise else None, table,
-                                         round(float(text[0]), 4), round(float(text[1]), 4)))
+                out.append(_timing(task, table, float(text[0]), float(text[1])))
     return out
 
 
