@@ -99,3 +99,18 @@ def test_the_sql_reply_quantum_hides_what_a_cell_could_time(tiny, synth_db):
     assert all(60 * 0.98 <= r.best_ms < 2 * 60 for r in rows)
     held = timing_report(rows)
     assert held["noisy_slower_first"]["share"] <= 0.8 and held["noisy_slower_best"]["share"] <= 0.8
+
+
+def test_real_twins_time_alike_in_cells_with_the_default_limits(tiny, synth_db):
+    """A build's own twins through episodes with the Python tool's default limits: every sql() call a cell times
+    takes whole quanta (the default is not 0), and the noisy twin is not systematically the slower one."""
+    pytest.importorskip("ehrgym.env.pyworker")
+    from ehrgym.bench.validity.timing import time_episodes_env
+    from ehrgym.env.pyworker import PythonLimits
+
+    quantum = PythonLimits().sql_time_quantum_ms
+    assert quantum >= 10
+    rows = time_episodes_env(synth_db, timed_pairs(tiny.tasks, per_split=1000)[:20], repeats=3)
+    assert all(r.best_ms >= quantum * 0.98 and (r.best_ms + 0.02 * quantum) % quantum < 0.4 * quantum
+               for r in rows), sorted(r.best_ms for r in rows)
+    assert timing_report(rows)["noisy_slower_best"]["share"] <= 0.8
