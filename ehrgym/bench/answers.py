@@ -306,6 +306,15 @@ def _json_scalar(value: Any) -> Any:
     return value
 
 
+def answer_key(value: Any) -> str:
+    """An answer as one string (the value as JSON): equal strings are the same answer (what the builder's answer
+    spread and the answer-prior probe count)."""
+    import json
+
+    return json.dumps(value, sort_keys=True, default=lambda v: _json_scalar(v) if hasattr(v, "item") or
+                      isinstance(v, dt.date) else str(v))
+
+
 def format_answer(value: Any, spec: AnswerSpec) -> str:
     """How an agent would naturally write ``value`` (used by scripted agents)."""
     if value is None:

@@ -21,11 +21,12 @@ import numpy as np
 from tqdm import tqdm
 
 from ehrgym.bench.background import BackgroundMaker
-from ehrgym.bench.answers import NotComparable, answers_match, format_answer, gold_from_rows
+from ehrgym.bench.answers import NotComparable, answer_key, answers_match, format_answer, gold_from_rows
 from ehrgym.bench.complexity import sql_complexity, sql_tables
 from ehrgym.bench.context import (admission_row, cohort_eligible, cohort_locations_sql, cohort_sentence,
                                   context_sentence, eligible, with_context)
-from ehrgym.bench.configs import LEXICAL, MARKED_SUBTYPES, QUERY_ABSTAIN, BuildConfig, balanced_subtypes, plan_quotas
+from ehrgym.bench.configs import (LEXICAL, MARKED_SUBTYPES, QUERY_ABSTAIN, BuildConfig, answer_allowed,
+                                  balanced_subtypes, plan_quotas)
 from ehrgym.bench.noise import INJECTORS, InjectContext, Injection
 from ehrgym.bench.noise.cleaning import plain_relation, relation
 from ehrgym.bench.noise.lexicon import shown_name
@@ -61,6 +62,11 @@ class Draft:
     params: dict[str, Any]
     clean: dict[str, Any]
     noise: dict[str, Any]
+
+    @property
+    def answer_key(self) -> str:
+        """The clean answer as the gold writes it: what the answer spread (step 6) counts."""
+        return answer_key(self.clean["expected"].value)
 
 
 @dataclass
@@ -133,6 +139,8 @@ class Builder:
         self.backgrounds = BackgroundMaker(self.verifier)
         self.candidates: dict[str, list[Candidate]] = {}
         self.used: dict[str, set[int]] = defaultdict(set)
+        # step 6 of the plan: how many pairs each clean answer of a template is the gold of
+        self.answers: dict[str, Counter[str]] = defaultdict(Counter)
         self.clean_cache: dict[tuple[str, int], tuple[Any, str] | None] = {}
         self.context_rows: dict[tuple[Any, ...], Any] = {}  # (entity column, id) or cohort -> admissions rows
         self.max_ids: dict[tuple[Any, ...], Any] = {}
@@ -224,6 +232,10 @@ class Builder:
             self.stats.discard(subtype, self.clean_problem.get((t.id, c.index), "clean_no_answer"))
             return None
         clean_value, clean_sql = clean
+        answers = self.answers[t.id]
+        if not answer_allowed(answers[answer_key(clean_value)], sum(answers.values()), self.config.max_answer_share):
+            self.stats.discard(subtype, "answer_share_cap")
+            return None
         rng = np.random.default_rng([self.seed, _stable_int(t.id), c.index, SUBTYPE_ORDER.index(subtype)])
         paraphrase = int(rng.integers(0, len(t.paraphrases)))
         shown = shown_params(t, c.params, self._display_draw(t, c))
@@ -356,11 +368,16 @@ class Builder:
                 continue
             slot.failures = 0
             used.add(cand.index)
+            self.answers[slot.template.id][draft.answer_key] += 1
             drafts.append(draft)
             slot.made += 1
             made += 1
             bar.update(1)
         return made
+
+    def _forget(self, draft: Draft) -> None:
+        """A dropped pair's clean answer no longer counts towards its template's limit."""
+        self.answers[draft.template.id][draft.answer_key] -= 1
 
     def run(self) -> list[Draft]:
         plan = self.sample()
@@ -410,7 +427,7 @@ class Builder:
             if lexical and surplus > 0:
                 at = [i for i, d in enumerate(drafts) if d.template.id == tid and d.subtype == LEXICAL]
                 for i in reversed(at[len(at) - surplus:]):
-                    drafts.pop(i)
+                    self._forget(drafts.pop(i))
                 st.made[(tid, "answer")] -= surplus
                 lexical[0].made -= surplus
                 bar.update(-surplus)
@@ -440,6 +457,7 @@ class Builder:
               and d.subtype in st.pool[tid]]
         for i in reversed(at[len(at) - n:] if n > 0 else []):
             d = drafts.pop(i)
+            self._forget(d)
             st.made[(tid, side)] -= 1
             st.query_abstain[tid] -= d.subtype in QUERY_ABSTAIN
             for slot in st.sides[tid][side]:
@@ -554,6 +572,8 @@ class Builder:
             drafts.extend(made[tid]["first"])
         for tid in sorted(made):  # the balancing pass's pairs after every first pass, as sequentially
             drafts.extend(made[tid]["balance"])
+        for d in drafts:
+            self.answers[d.template.id][d.answer_key] += 1
         bar.n = len(drafts)  # the live count from the workers' progress files, made exact
         bar.refresh()
 

@@ -23,6 +23,15 @@ Distribution (both configs; ``paper`` targets exactly 5,486 pairs, ``small`` 300
    abstention keep their step-4 quotas: with every other template at one half (answer share at
    most one half), telling them apart gains a text-only classifier nothing over the majority rate.
 
+6. answer spread: one clean answer (the same value, written as the gold is) is the gold of at most
+   ``max_answer_share`` of a template's pairs, rounded up, at every point of the build
+   (``answer_allowed``; a boolean template alternates yes and no). Real data piles
+   up on a few values — one culture, no readmission, "no organism", the Medicine service — and a
+   template whose clean answer is mostly one value can be answered from its wording alone (a
+   policy that says each template's most common training answer, ``ehrgym.bench.validity.prior``).
+   A candidate whose clean answer has reached the limit is discarded (``answer_share_cap``) before
+   any noise is injected, so the cap costs one cached clean query.
+
 The builder keeps step 5 through the build (``Builder._settle``): lexical twins beyond the
 template's realised unmarked abstaining query twins are dropped (and not made again);
 a template whose first pass
@@ -36,6 +45,7 @@ build report any shortfall.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, TypeVar
 
@@ -56,6 +66,8 @@ class BuildConfig:
     ood_templates_per_intent: int = 1
     workers: int = 1  # processes for the first verification pass (the result does not depend on it)
     tier_weights: tuple[float, float, float] = (1.0, 1.0, 1.0)  # template share by tier 1, 2, 3 (step 4)
+    # step 6: one clean answer may be the gold of at most this share of a template's pairs (rounded up)
+    max_answer_share: float = 0.5
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -69,6 +81,12 @@ CONFIGS: dict[str, BuildConfig] = {
     "small": BuildConfig("small", 300, oversample=4.0, min_candidates=24, tier_weights=(1.0, 1.0, 2.0)),
     "paper": BuildConfig("paper", 5486, workers=2, tier_weights=(1.0, 1.0, 2.0)),
 }
+
+
+def answer_allowed(count: int, made: int, share: float) -> bool:
+    """Step 6: whether a template that has ``made`` pairs, ``count`` of them with some clean answer, may make one
+    more with that answer — it then holds at most ``share`` of the template's pairs, rounded up."""
+    return count + 1 <= max(1, math.ceil(share * (made + 1) - 1e-9))
 
 
 def get_config(name: str | BuildConfig) -> BuildConfig:

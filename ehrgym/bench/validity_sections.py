@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from statistics import median
 from typing import Any
@@ -65,6 +66,26 @@ def text_classifier(ctx: ValidityContext) -> dict[str, Any]:
             md.append(f"| {name} | {r.get('accuracy')} | {ci} | {r.get('majority', r.get('chance'))} | "
                       f"{r.get('n_test', '')} |")
     return {**report, "markdown": md}
+
+
+@validity_section("answer_prior")
+def answer_prior(ctx: ValidityContext) -> dict[str, Any]:
+    """What a policy scores that says each template's most common training answer without reading any data, and
+    each template's answer spread (the most common clean answer's share of its pairs)."""
+    from ehrgym.bench.validity.prior import answer_prior as measure
+
+    report = measure(ctx.tasks)
+    md = [f"A policy that answers every question with its template's most common clean answer on the train split "
+          f"(no query at all), strict scoring on the test split: {report['clean_pct']} % of clean twins and "
+          f"{report['noise_pct']} % of noisy twins ({report['test_clean']} test pairs; "
+          f"{report['templates_not_in_train']} test templates have no train pairs). Any one clean answer holds at "
+          f"most {report['bar']} of a template's pairs (rounded up; `max_answer_share`): median share "
+          f"{report['median_share']}, largest {report['max_share']} (templates of {report['min_pairs']}+ pairs), "
+          f"{len(report['above_bar'])} above the bar.", "",
+          "| template | test pairs | prior correct (clean) | its answer | share in train |", "|---|---|---|---|---|"]
+    md += [f"| {r['template']} | {r['test_pairs']} | {r['clean_pct']} % | {json.dumps(r['answer'])[:60]} | "
+           f"{r['train_share']} |" for r in report["top_templates"]]
+    return {**{k: v for k, v in report.items() if k != "spread"}, "markdown": md}
 
 
 CARD_LITERAL_PAIRS = 400  # test pairs the literal floor is measured on (a hashed uniform sample; ~10 s)
