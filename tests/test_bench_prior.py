@@ -12,7 +12,7 @@ import pytest
 
 from ehrgym.bench.answers import AnswerSpec, answer_key
 from ehrgym.bench.build import build_benchmark
-from ehrgym.bench.configs import CONFIGS, answer_allowed
+from ehrgym.bench.configs import CONFIGS, answer_allowed, spread_groups
 from ehrgym.bench.task import Expected, NoiseSpec, Task, load_tasks_jsonl
 from ehrgym.bench.validity.prior import BAR, MIN_PAIRS, answer_prior
 
@@ -54,6 +54,15 @@ def test_answer_allowed_keeps_one_answer_to_half_rounded_up():
     assert all(answer_allowed(k, 10, 1.0) for k in range(11))  # share 1.0: no cap
 
 
+def test_answers_are_spread_per_template_and_per_concept_named():
+    groups = spread_groups("microbiology.count_cultures", {"subject_id": 1, "hadm_id": 2, "specimen": "blood culture",
+                                                          "t0": "2150-01-01 00:00:00"})
+    assert groups == (("microbiology.count_cultures", ()),
+                      ("microbiology.count_cultures", (("specimen", "blood culture"),)))
+    assert spread_groups("encounters.transfer_count", {"subject_id": 1, "hadm_id": 2}) == (
+        ("encounters.transfer_count", ()),)
+
+
 def test_no_template_of_a_build_is_mostly_one_answer(builds):
     capped, free = builds
     uncapped = {tid: s for tid, (s, n) in _shares(free.out).items() if n >= MIN_PAIRS and s > BAR + 0.1}
@@ -61,7 +70,8 @@ def test_no_template_of_a_build_is_mostly_one_answer(builds):
     shares = _shares(capped.out)
     above = {tid: (s, n) for tid, (s, n) in shares.items() if n >= MIN_PAIRS and round(s * n) > math.ceil(BAR * n) + 1}
     assert not above  # half, rounded up, then at most a dropped pair's worth (balancing drops the last pairs)
-    assert not answer_prior(load_tasks_jsonl(capped.out / "tasks.jsonl"))["above_bar"]
+    assert not answer_prior(load_tasks_jsonl(capped.out / "tasks.jsonl"))["above_bar"]  # nor any concept of one
+    assert any("(" in k for k in answer_prior(load_tasks_jsonl(free.out / "tasks.jsonl"))["above_bar"])
     assert capped.report["kept_pairs"] == CONFIG.pairs  # the other templates make up what the cap refuses
     assert capped.report["discarded"].get("answer_share_cap", 0) > 0  # counted with the build's other discards
     assert "answer_share_cap" not in free.report["discarded"]

@@ -26,7 +26,7 @@ from ehrgym.bench.complexity import sql_complexity, sql_tables
 from ehrgym.bench.context import (admission_row, cohort_eligible, cohort_locations_sql, cohort_sentence,
                                   context_sentence, eligible, with_context)
 from ehrgym.bench.configs import (LEXICAL, MARKED_SUBTYPES, QUERY_ABSTAIN, BuildConfig, answer_allowed,
-                                  balanced_subtypes, plan_quotas)
+                                  balanced_subtypes, plan_quotas, spread_groups)
 from ehrgym.bench.noise import INJECTORS, InjectContext, Injection
 from ehrgym.bench.noise.cleaning import plain_relation, relation
 from ehrgym.bench.noise.lexicon import shown_name
@@ -67,6 +67,11 @@ class Draft:
     def answer_key(self) -> str:
         """The clean answer as the gold writes it: what the answer spread (step 6) counts."""
         return answer_key(self.clean["expected"].value)
+
+    @property
+    def spread_groups(self) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
+        """The groups whose answers step 6 spreads: the template, and the template with the concepts it names."""
+        return spread_groups(self.template.id, self.params)
 
 
 @dataclass
@@ -140,7 +145,7 @@ class Builder:
         self.candidates: dict[str, list[Candidate]] = {}
         self.used: dict[str, set[int]] = defaultdict(set)
         # step 6 of the plan: how many pairs each clean answer of a template is the gold of
-        self.answers: dict[str, Counter[str]] = defaultdict(Counter)
+        self.answers: dict[tuple[str, tuple[tuple[str, str], ...]], Counter[str]] = defaultdict(Counter)
         self.clean_cache: dict[tuple[str, int], tuple[Any, str] | None] = {}
         self.context_rows: dict[tuple[Any, ...], Any] = {}  # (entity column, id) or cohort -> admissions rows
         self.max_ids: dict[tuple[Any, ...], Any] = {}
@@ -232,8 +237,9 @@ class Builder:
             self.stats.discard(subtype, self.clean_problem.get((t.id, c.index), "clean_no_answer"))
             return None
         clean_value, clean_sql = clean
-        answers = self.answers[t.id]
-        if not answer_allowed(answers[answer_key(clean_value)], sum(answers.values()), self.config.max_answer_share):
+        key = answer_key(clean_value)
+        if not all(answer_allowed(self.answers[g][key], sum(self.answers[g].values()), self.config.max_answer_share)
+                   for g in spread_groups(t.id, c.params)):
             self.stats.discard(subtype, "answer_share_cap")
             return None
         rng = np.random.default_rng([self.seed, _stable_int(t.id), c.index, SUBTYPE_ORDER.index(subtype)])
@@ -368,16 +374,20 @@ class Builder:
                 continue
             slot.failures = 0
             used.add(cand.index)
-            self.answers[slot.template.id][draft.answer_key] += 1
+            self._count(draft, 1)
             drafts.append(draft)
             slot.made += 1
             made += 1
             bar.update(1)
         return made
 
+    def _count(self, draft: Draft, n: int) -> None:
+        """Count a made pair's clean answer in its spread groups (``n`` = 1), or a dropped one's out (-1)."""
+        for group in draft.spread_groups:
+            self.answers[group][draft.answer_key] += n
+
     def _forget(self, draft: Draft) -> None:
-        """A dropped pair's clean answer no longer counts towards its template's limit."""
-        self.answers[draft.template.id][draft.answer_key] -= 1
+        self._count(draft, -1)
 
     def run(self) -> list[Draft]:
         plan = self.sample()
@@ -573,7 +583,7 @@ class Builder:
         for tid in sorted(made):  # the balancing pass's pairs after every first pass, as sequentially
             drafts.extend(made[tid]["balance"])
         for d in drafts:
-            self.answers[d.template.id][d.answer_key] += 1
+            self._count(d, 1)
         bar.n = len(drafts)  # the live count from the workers' progress files, made exact
         bar.refresh()
 

@@ -25,7 +25,9 @@ Distribution (both configs; ``paper`` targets exactly 5,486 pairs, ``small`` 300
 
 6. answer spread: one clean answer (the same value, written as the gold is) is the gold of at most
    ``max_answer_share`` of a template's pairs, rounded up, at every point of the build
-   (``answer_allowed``; a boolean template alternates yes and no). Real data piles
+   (``answer_allowed``; a boolean template alternates yes and no), and of at most that share of its
+   pairs about one concept (``spread_groups``: the names the question carries — blood cultures come
+   in pairs, so "how many blood culture specimens" would otherwise be answered "2" from the name). Real data piles
    up on a few values — one culture, no readmission, "no organism", the Medicine service — and a
    template whose clean answer is mostly one value can be answered from its wording alone (a
    policy that says each template's most common training answer, ``ehrgym.bench.validity.prior``).
@@ -46,6 +48,7 @@ build report any shortfall.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, TypeVar
 
@@ -87,6 +90,17 @@ def answer_allowed(count: int, made: int, share: float) -> bool:
     """Step 6: whether a template that has ``made`` pairs, ``count`` of them with some clean answer, may make one
     more with that answer — it then holds at most ``share`` of the template's pairs, rounded up."""
     return count + 1 <= max(1, math.ceil(share * (made + 1) - 1e-9))
+
+
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}")
+
+
+def spread_groups(tid: str, params: dict[str, Any]) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
+    """Step 6 spreads a template's clean answers over all its pairs and over its pairs about each concept: the
+    names its question carries (text parameters — a specimen, an organism and antibiotic, a lab — not dates).
+    Blood cultures come in pairs, so "how many blood culture specimens" would be answered "2" from the name."""
+    concept = tuple(sorted((k, v) for k, v in params.items() if isinstance(v, str) and not _DATE.match(v)))
+    return ((tid, ()), (tid, concept)) if concept else ((tid, ()),)
 
 
 def get_config(name: str | BuildConfig) -> BuildConfig:

@@ -77,11 +77,13 @@ def answer_prior(ctx: ValidityContext) -> dict[str, Any]:
     report = measure(ctx.tasks)
     md = [f"A policy that answers every question with its template's most common clean answer on the train split "
           f"(no query at all), strict scoring on the test split: {report['clean_pct']} % of clean twins and "
-          f"{report['noise_pct']} % of noisy twins ({report['test_clean']} test pairs; "
+          f"{report['noise_pct']} % of noisy twins; the same per template and concept named (a lookup table of "
+          f"train answers): {report['lookup_clean_pct']} % and {report['lookup_noise_pct']} % "
+          f"({report['test_clean']} test pairs; "
           f"{report['templates_not_in_train']} test templates have no train pairs). Any one clean answer holds at "
           f"most {report['bar']} of a template's pairs (rounded up; `max_answer_share`): median share "
           f"{report['median_share']}, largest {report['max_share']} (templates of {report['min_pairs']}+ pairs), "
-          f"{len(report['above_bar'])} above the bar.", "",
+          f"{len(report['above_bar'])} templates or template-concept groups above the bar.", "",
           "| template | test pairs | prior correct (clean) | its answer | share in train |", "|---|---|---|---|---|"]
     md += [f"| {r['template']} | {r['test_pairs']} | {r['clean_pct']} % | {json.dumps(r['answer'])[:60]} | "
            f"{r['train_share']} |" for r in report["top_templates"]]

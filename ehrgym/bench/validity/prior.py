@@ -7,9 +7,11 @@ builder therefore keeps any one clean answer to at most ``BuildConfig.max_answer
 template's pairs (step 6 of the plan, :func:`ehrgym.bench.configs.answer_allowed`); this module
 measures what is left:
 
-* ``prior_policy``: per template, the most common clean answer of its train pairs (ties: the
+* the prior policy: per template, the most common clean answer of its train pairs (ties: the
   answer that sorts first as JSON), scored on the test split with the strict verifier — on clean
-  twins, and on noisy twins (an abstention it never gives counts as wrong);
+  twins, and on noisy twins (an abstention it never gives counts as wrong); the lookup policy the
+  same per template and concept named (``configs.spread_groups``: "blood culture", "E. coli and
+  meropenem"), falling back to the template's answer for a concept no train pair names;
 * ``spread``: per template, the share of its pairs whose clean answer is its most common one, over
   the whole benchmark; templates above the bar are listed.
 """
@@ -22,6 +24,7 @@ from collections import Counter, defaultdict
 from typing import Any, Iterable
 
 from ehrgym.bench.answers import NotComparable, answer_key, answers_match
+from ehrgym.bench.configs import spread_groups
 from ehrgym.bench.task import Task
 
 BAR = 0.5  # the most common clean answer of a template holds at most this share of its pairs, rounded up
@@ -33,6 +36,15 @@ def _most_common(keys: Iterable[str]) -> tuple[str, int, int]:
     counts = Counter(keys)
     key, n = min(counts.items(), key=lambda kv: (-kv[1], kv[0]))
     return key, n, sum(counts.values())
+
+
+def _groups(task: Task) -> tuple[Any, ...]:
+    return spread_groups(task.template_id, (task.meta or {}).get("entity") or {})
+
+
+def _over(spread: dict[str, Any], bar: float) -> bool:
+    """More pairs with the most common answer than ``bar`` of them rounded up (the cap's own limit: 4 of 7)."""
+    return round(spread["share"] * spread["pairs"]) > math.ceil(bar * spread["pairs"] - 1e-9)
 
 
 def _correct(task: Task, guess: Any) -> bool:
@@ -49,16 +61,28 @@ def answer_prior(tasks: list[Task], bar: float = BAR, top: int = 8) -> dict[str,
     clean = [t for t in tasks if t.variant == "clean"]
     train: dict[str, list[str]] = defaultdict(list)
     every: dict[str, list[str]] = defaultdict(list)
+    by_concept: dict[Any, list[str]] = defaultdict(list)  # (template, concept) -> train answers
+    every_concept: dict[Any, list[str]] = defaultdict(list)
     for t in clean:
-        every[t.template_id].append(answer_key(t.expected.value))
+        key = answer_key(t.expected.value)
+        every[t.template_id].append(key)
+        for group in _groups(t)[1:]:
+            every_concept[group].append(key)
         if t.split == "train":
-            train[t.template_id].append(answer_key(t.expected.value))
+            train[t.template_id].append(key)
+            for group in _groups(t)[1:]:
+                by_concept[group].append(key)
     guess = {tid: _most_common(keys) for tid, keys in train.items()}
+    lookup = {group: _most_common(keys) for group, keys in by_concept.items()}
     scored: dict[tuple[str, str], list[bool]] = defaultdict(list)
+    looked: dict[str, list[bool]] = defaultdict(list)
     for t in tasks:
         if t.split == "test":
             g = guess.get(t.template_id)
             scored[(t.template_id, t.variant)].append(g is not None and _correct(t, json.loads(g[0])))
+            found = [lookup[c] for c in _groups(t)[1:] if c in lookup]
+            g = found[0] if found else g
+            looked[t.variant].append(g is not None and _correct(t, json.loads(g[0])))
 
     def pct(xs: list[bool]) -> float | None:
         return round(100 * sum(xs) / len(xs), 1) if xs else None
@@ -76,11 +100,16 @@ def answer_prior(tasks: list[Task], bar: float = BAR, top: int = 8) -> dict[str,
         key, n, total = _most_common(keys)
         spread[tid] = {"pairs": total, "answer": json.loads(key), "share": round(n / total, 3)}
     # half rounded up is the cap's own limit (4 of 7): above it means the cap did not hold
-    above = {tid: s for tid, s in spread.items()
-             if s["pairs"] >= MIN_PAIRS and round(s["share"] * s["pairs"]) > math.ceil(bar * s["pairs"] - 1e-9)}
+    above = {tid: s for tid, s in spread.items() if s["pairs"] >= MIN_PAIRS and _over(s, bar)}
+    for (tid, concept), keys in sorted(every_concept.items()):
+        key, n, total = _most_common(keys)
+        s = {"pairs": total, "answer": json.loads(key), "share": round(n / total, 3)}
+        if total >= MIN_PAIRS and _over(s, bar):
+            above[f"{tid} ({', '.join(v for _, v in concept)})"] = s
     unseen = sorted({t.template_id for t in tasks if t.split == "test"} - set(guess))
     shares = sorted(s["share"] for s in spread.values() if s["pairs"] >= MIN_PAIRS)
     return {"clean_pct": pct(variants["clean"]), "noise_pct": pct(variants["noise"]),
+            "lookup_clean_pct": pct(looked["clean"]), "lookup_noise_pct": pct(looked["noise"]),
             "test_clean": len(variants["clean"]), "templates_not_in_train": len(unseen), "bar": bar,
             "min_pairs": MIN_PAIRS, "median_share": shares[len(shares) // 2] if shares else None,
             "max_share": shares[-1] if shares else None, "above_bar": above, "top_templates": by_template[:top],
