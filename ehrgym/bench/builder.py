@@ -237,11 +237,6 @@ class Builder:
             self.stats.discard(subtype, self.clean_problem.get((t.id, c.index), "clean_no_answer"))
             return None
         clean_value, clean_sql = clean
-        key = answer_key(clean_value)
-        if not all(answer_allowed(self.answers[g][key], sum(self.answers[g].values()), self.config.max_answer_share)
-                   for g in spread_groups(t.id, c.params)):
-            self.stats.discard(subtype, "answer_share_cap")
-            return None
         rng = np.random.default_rng([self.seed, _stable_int(t.id), c.index, SUBTYPE_ORDER.index(subtype)])
         paraphrase = int(rng.integers(0, len(t.paraphrases)))
         shown = shown_params(t, c.params, self._display_draw(t, c))
@@ -368,6 +363,10 @@ class Builder:
             slot.pointer += 1
             if not INJECTORS[slot.subtype].accepts(slot.template, cand.params):
                 continue
+            if not self._spread_allows(slot.template, cand):
+                # not a failed attempt (nothing was injected): the candidate stays for a later slot
+                self.stats.discard(slot.subtype, "answer_share_cap")
+                continue
             draft = self.attempt(slot.template, slot.subtype, cand)
             if draft is None:
                 slot.failures += 1
@@ -380,6 +379,16 @@ class Builder:
             made += 1
             bar.update(1)
         return made
+
+    def _spread_allows(self, t: Template, c: Candidate) -> bool:
+        """Step 6: whether the candidate's clean answer is under its share in each of its spread groups (a
+        candidate without a clean answer is left to :meth:`attempt` to discard)."""
+        clean = self._clean(t, c)
+        if clean is None:
+            return True
+        key = answer_key(clean[0])
+        return all(answer_allowed(self.answers[g][key], sum(self.answers[g].values()), self.config.max_answer_share)
+                   for g in spread_groups(t.id, c.params))
 
     def _count(self, draft: Draft, n: int) -> None:
         """Count a made pair's clean answer in its spread groups (``n`` = 1), or a dropped one's out (-1)."""

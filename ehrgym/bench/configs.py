@@ -31,8 +31,11 @@ Distribution (both configs; ``paper`` targets exactly 5,486 pairs, ``small`` 300
    up on a few values — one culture, no readmission, "no organism", the Medicine service — and a
    template whose clean answer is mostly one value can be answered from its wording alone (a
    policy that says each template's most common training answer, ``ehrgym.bench.validity.prior``).
-   A candidate whose clean answer has reached the limit is discarded (``answer_share_cap``) before
-   any noise is injected, so the cap costs one cached clean query.
+   A candidate whose clean answer has reached the limit is passed over (``answer_share_cap``) before
+   any noise is injected, so the cap costs one cached clean query; it is not a failed attempt (a
+   slot gives up after ``max_failures_per_slot`` of those, and a slot whose subtype only ever traps
+   one answer would otherwise give up as soon as that answer reached its share), and the candidate
+   stays available to the template's other slots.
 
 The builder keeps step 5 through the build (``Builder._settle``): lexical twins beyond the
 template's realised unmarked abstaining query twins are dropped (and not made again);

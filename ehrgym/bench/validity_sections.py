@@ -83,7 +83,9 @@ def answer_prior(ctx: ValidityContext) -> dict[str, Any]:
           f"{report['templates_not_in_train']} test templates have no train pairs). Any one clean answer holds at "
           f"most {report['bar']} of a template's pairs (rounded up; `max_answer_share`): median share "
           f"{report['median_share']}, largest {report['max_share']} (templates of {report['min_pairs']}+ pairs), "
-          f"{len(report['above_bar'])} templates or template-concept groups above the bar.", "",
+          f"{len(report['above_bar'])} templates or template-concept groups above it, by at most "
+          f"{max([a['excess'] for a in report['above_bar'].values()] or [0])} pair (a pair of another answer dropped "
+          f"later to keep the template's answer/abstain balance).", "",
           "| template | test pairs | prior correct (clean) | its answer | share in train |", "|---|---|---|---|---|"]
     md += [f"| {r['template']} | {r['test_pairs']} | {r['clean_pct']} % | {json.dumps(r['answer'])[:60]} | "
            f"{r['train_share']} |" for r in report["top_templates"]]

@@ -42,9 +42,10 @@ def _groups(task: Task) -> tuple[Any, ...]:
     return spread_groups(task.template_id, (task.meta or {}).get("entity") or {})
 
 
-def _over(spread: dict[str, Any], bar: float) -> bool:
-    """More pairs with the most common answer than ``bar`` of them rounded up (the cap's own limit: 4 of 7)."""
-    return round(spread["share"] * spread["pairs"]) > math.ceil(bar * spread["pairs"] - 1e-9)
+def _excess(spread: dict[str, Any], bar: float) -> int:
+    """Pairs with the most common answer beyond ``bar`` of them rounded up (the cap's own limit: 4 of 7). The
+    build's balancing can drop a pair of another answer after the cap let one in, so 1 is possible (5 of 8)."""
+    return round(spread["share"] * spread["pairs"]) - math.ceil(bar * spread["pairs"] - 1e-9)
 
 
 def _correct(task: Task, guess: Any) -> bool:
@@ -100,12 +101,13 @@ def answer_prior(tasks: list[Task], bar: float = BAR, top: int = 8) -> dict[str,
         key, n, total = _most_common(keys)
         spread[tid] = {"pairs": total, "answer": json.loads(key), "share": round(n / total, 3)}
     # half rounded up is the cap's own limit (4 of 7): above it means the cap did not hold
-    above = {tid: s for tid, s in spread.items() if s["pairs"] >= MIN_PAIRS and _over(s, bar)}
+    above = {tid: {**s, "excess": _excess(s, bar)} for tid, s in spread.items()
+             if s["pairs"] >= MIN_PAIRS and _excess(s, bar) > 0}
     for (tid, concept), keys in sorted(every_concept.items()):
         key, n, total = _most_common(keys)
         s = {"pairs": total, "answer": json.loads(key), "share": round(n / total, 3)}
-        if total >= MIN_PAIRS and _over(s, bar):
-            above[f"{tid} ({', '.join(v for _, v in concept)})"] = s
+        if total >= MIN_PAIRS and _excess(s, bar) > 0:
+            above[f"{tid} ({', '.join(v for _, v in concept)})"] = {**s, "excess": _excess(s, bar)}
     unseen = sorted({t.template_id for t in tasks if t.split == "test"} - set(guess))
     shares = sorted(s["share"] for s in spread.values() if s["pairs"] >= MIN_PAIRS)
     return {"clean_pct": pct(variants["clean"]), "noise_pct": pct(variants["noise"]),
