@@ -12,7 +12,8 @@ fingerprint says nothing about the variant.
 
 A background must not change any answer: the clean gold SQL on the clean twin, and the naive and the
 robust SQL on the noisy twin, must give the answer they give without it (checked here, on the
-verifier's connection). The first draw also edits other patients' rows of the question's own items
+verifier's connection; a patient question's query proven to read only its patient's rows of the edited tables,
+:mod:`ehrgym.bench.locality`, cannot change and is not run again). The first draw also edits other patients' rows of the question's own items
 (of the rows its noise edits; a population question's cohort is spared): the
 noise always changes that item, so a fingerprint per item (``count(*) GROUP BY itemid``) must see
 backgrounds change it too. When the draws fail (a population question that counts the rows drawn; the
@@ -28,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from ehrgym.bench.answers import AnswerSpec, gold_from_rows
+from ehrgym.bench.locality import reads_only_patient
 from ehrgym.db.overlay import Overlay, TableEdit, fetch_rows
 
 # table -> its id column when the base numbers it 1, 2, 3 … in scan order (re-stored copies then take their
@@ -254,17 +256,22 @@ class BackgroundMaker:
 
     def make(self, seed: list[int], evidence_table: str, subjects: set[int], noise: Overlay,
              checks: list[tuple[str, Overlay, list[tuple[Any, ...]]]], reads: set[str],
-             spec: AnswerSpec, cohort_sql: str | None = None) -> tuple[Overlay, str]:
+             spec: AnswerSpec, cohort_sql: str | None = None,
+             patient_ids: dict[str, set[int]] | None = None) -> tuple[Overlay, str]:
         """The pair's background: ``checks`` are (sql, the overlay it ran on, the rows it gave); each must give the
         same answer (``spec``; a float sum regrouped by the deleted rows may move in its last bit, not in its
         answer) with the background added. ``reads``: every table the pair's SQL reads; ``cohort_sql`` lists a
         population question's evidence rows (their patients are spared by the item-focused draw).
+        ``patient_ids``: a patient question's ids (``subject_id``, ``hadm_id``, ``stay_id``); a check whose SQL is
+        proven to read only those rows of the tables a background edits (:mod:`ehrgym.bench.locality`) cannot
+        change and is not run again.
         Returns the overlay and how it was made (``verified``, ``verified_items`` or ``unread_tables``)."""
         rng = np.random.default_rng(seed)
         tables = sorted(t for t in set(noise.tables) | {evidence_table} if t in TABLES)
         unique: dict[tuple[str, int], tuple[Overlay, list[tuple[Any, ...]]]] = {}
         for sql, overlay, rows in checks:  # the same query on the same data is checked once
-            unique.setdefault((sql, 0 if overlay.is_empty else id(overlay)), (overlay, rows))
+            if patient_ids is None or not reads_only_patient(sql, TABLES, patient_ids):
+                unique.setdefault((sql, 0 if overlay.is_empty else id(overlay)), (overlay, rows))
         items, cohort = self.focus(noise, cohort_sql)
         for focused, scale in DRAWS if tables else ():
             if focused and not items:

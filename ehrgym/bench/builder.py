@@ -286,8 +286,12 @@ class Builder:
             checks.append((robust_sql, inj.noise.overlay, last["robust"]))
         reads = {name for sql in (clean_sql, naive_sql, robust_sql) if sql for name in sql_tables(sql)}
         seed = [self.seed, _stable_int(t.id, "background"), c.index, SUBTYPE_ORDER.index(subtype)]
+        patient = None
+        if t.level == "patient":  # the clean question's ids (a nonexistent entity's id is checked, not proven)
+            patient = {k: {int(c.params[k])} if isinstance(c.params.get(k), int) else set()
+                       for k in ("subject_id", "hadm_id", "stay_id")}
         return self.backgrounds.make(seed, t.evidence.table, subjects, inj.noise.overlay, checks, reads, t.answer,
-                                     None if t.level == "patient" else evidence_sql(t, c.params))
+                                     None if t.level == "patient" else evidence_sql(t, c.params), patient)
 
     def _draft(self, t: Template, subtype: str, c: Candidate, clean_value: Any, clean_sql: str, paraphrase: int,
                inj: Injection, naive_sql: str, robust_sql: str | None, trap_value: Any,

@@ -1,0 +1,155 @@
+"""Proof that a query reads only one patient's rows of the tables a background edits.
+
+A pair's background (:mod:`ehrgym.bench.background`) deletes and re-stores rows of *other* patients. A query
+whose every read of such a table is restricted to the question's own patient — an equality of the row's
+``subject_id``, ``hadm_id`` or ``stay_id`` with one of the question's ids, directly or through equalities with
+the same column of another restricted table of its scope — gives the same result with or without the
+background, so the builder need not run it again to check (it does so for every other query).
+
+The proof is syntactic and conservative (sqlglot, DuckDB dialect): a table read in a scope without such a
+restriction (a derived table with no WHERE, a LEFT JOIN's preserved side, ``IN`` lists), anything whose result
+depends on how tied rows are ordered (``ORDER BY``, ``LIMIT``, windows, aggregates other than count, min, max,
+sum and avg — see ``ORDERED``), a dense row id (the background renumbers ``labevent_id``/``microevent_id``), a
+``*`` over a table with such an id, or SQL sqlglot cannot parse — any of these and the query is not proven
+local. It relies on one fact of MIMIC-IV: an admission or stay id names one patient's admission or stay, and
+every row of the edited tables carries its patient's ``subject_id``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import sqlglot
+from sqlglot import exp
+
+KEYS: tuple[str, ...] = ("subject_id", "hadm_id", "stay_id")
+DENSE_IDS: frozenset[str] = frozenset({"labevent_id", "microevent_id"})  # background.COPYABLE's dense ids
+DENSE_TABLES: frozenset[str] = frozenset({"labevents", "microbiologyevents"})
+
+Key = tuple[str, str]  # (source alias, column)
+# Which of several tied rows an ORDER BY … LIMIT, a window or first()/string_agg() picks depends on how DuckDB
+# runs the view, not only on the rows and their scan order: a view cut into more rowid ranges (another patient's
+# rows deleted) can pick the other of two rows at one time (measured: a conflicting first care unit). Such queries
+# are not proven; aggregates whose result does not depend on row order are.
+ORDERED: tuple[type[exp.Expression], ...] = (exp.Order, exp.Limit, exp.Fetch, exp.Window, exp.Qualify)
+EXACT_AGGREGATES: tuple[type[exp.Expression], ...] = (exp.Count, exp.Min, exp.Max, exp.Sum, exp.Avg)
+
+
+def reads_only_patient(sql: str, tables: Iterable[str], ids: Mapping[str, Iterable[int]]) -> bool:
+    """True when every read of ``tables`` in ``sql`` is restricted to rows whose ``subject_id``, ``hadm_id`` or
+    ``stay_id`` is one of ``ids[column]`` (see the module docstring); False when that cannot be shown."""
+    try:
+        tree = sqlglot.parse_one(sql, read="duckdb")
+    except sqlglot.errors.SqlglotError:
+        return False
+    if not isinstance(tree, exp.Query):
+        return False
+    if any(True for _ in tree.find_all(*ORDERED)) or any(
+            isinstance(f, exp.AggFunc) and not isinstance(f, EXACT_AGGREGATES) for f in tree.find_all(exp.Func)):
+        return False
+    allowed = {k: {int(v) for v in ids.get(k, ())} for k in KEYS}
+    edited = {t.lower() for t in tables}
+    ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+    base = [t for t in tree.find_all(exp.Table) if t.name.lower() not in ctes]
+    if any(t.name.lower() in DENSE_TABLES for t in base):
+        if any(isinstance(star.parent, (exp.Select, exp.Column)) for star in tree.find_all(exp.Star)):
+            return False  # a projected * carries the renumbered id (count(*) does not)
+        if any(c.name.lower() in DENSE_IDS for c in tree.find_all(exp.Column)):
+            return False
+    for table in base:
+        if table.name.lower() in edited and not _restricted(table, ctes, allowed):
+            return False
+    return True
+
+
+def _sources(select: exp.Select) -> list[tuple[str, exp.Expression, str]]:
+    """(alias, source node, join side) of each FROM/JOIN source of ``select`` ("" for FROM and inner joins)."""
+    out = []
+    from_ = select.args.get("from") or select.args.get("from_")
+    if from_ is not None:
+        out.append((from_.this.alias_or_name.lower(), from_.this, ""))
+    for join in select.args.get("joins") or []:
+        out.append((join.this.alias_or_name.lower(), join.this, (join.side or "").upper()))
+    return out
+
+
+def _conjuncts(node: exp.Expression | None) -> list[exp.Expression]:
+    if node is None:
+        return []
+    return list(node.flatten()) if isinstance(node, exp.And) else [node]
+
+
+def _restricted(table: exp.Table, ctes: set[str], allowed: dict[str, set[int]]) -> bool:
+    select = table.find_ancestor(exp.Select)
+    if select is None:
+        return False
+    sources = _sources(select)
+    me = next((alias for alias, node, _ in sources if node is table), None)
+    if me is None:  # not a direct source of its SELECT (a table function's argument, …): not shown
+        return False
+    joins = select.args.get("joins") or []
+    if any((j.side or "").upper() in ("RIGHT", "FULL") for j in joins):
+        return False  # which side a RIGHT/FULL join preserves is not worth proving here
+    # what filters rows of the scope's inner part: WHERE and inner joins' ON; a LEFT join's ON filters only the
+    # joined (right) table's rows, so it counts for that table alone
+    where = select.args.get("where")
+    conds = _conjuncts(where.this if where is not None else None)
+    for join in joins:
+        alias = join.this.alias_or_name.lower()
+        if (join.side or "").upper() == "":
+            conds += _conjuncts(join.args.get("on"))
+        elif alias == me:
+            conds += _conjuncts(join.args.get("on"))
+    only = sources[0][0] if len(sources) == 1 else None
+    parent: dict[Key, Key] = {}
+
+    def find(k: Key) -> Key:
+        while parent.get(k, k) != k:
+            k = parent[k]
+        return k
+
+    def key(col: exp.Column) -> Key | None:
+        qualifier = col.table.lower() if col.table else only
+        return (qualifier, col.name.lower()) if qualifier else None
+
+    bound: dict[Key, set[tuple[str, int]]] = {}
+    literal_of: list[tuple[Key, str, int]] = []
+    for c in conds:
+        if not isinstance(c, exp.EQ):
+            continue
+        left, right = c.this, c.expression
+        if isinstance(left, exp.Column) and isinstance(right, exp.Column):
+            a, b = key(left), key(right)
+            if a and b and a[1] == b[1] and a[1] in KEYS:  # only the same id column is the same id
+                parent[find(a)] = find(b)
+        for col, lit in ((left, right), (right, left)):
+            if isinstance(col, exp.Column) and isinstance(lit, exp.Literal) and not lit.is_string:
+                k = key(col)
+                if k and k[1] in KEYS:
+                    try:
+                        literal_of.append((k, k[1], int(lit.this)))
+                    except ValueError:
+                        continue
+    for k, name, value in literal_of:
+        bound.setdefault(find(k), set()).add((name, value))
+    # a source is restricted when one of its id columns equals one of the question's ids, directly or through the
+    # same column of other sources, or equals the same id column of a restricted source (an admission, stay or
+    # patient id names one patient's rows); CTE and derived-table sources restrict what they contain themselves
+    restricted: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        held = {find((a, n)) for a in restricted for n in KEYS}
+        for alias, _, _ in sources:
+            if alias in restricted:
+                continue
+            for name in KEYS:
+                cls = find((alias, name))
+                values = bound.get(cls, set())
+                if any(n != name or v not in allowed[name] for n, v in values):
+                    continue  # equal to an id that is not the question's: not shown
+                if values or cls in held:
+                    restricted.add(alias)
+                    changed = True
+                    break
+    return me in restricted
