@@ -18,6 +18,7 @@ every row of the edited tables carries its patient's ``subject_id``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import sqlglot
 from sqlglot import exp
@@ -73,7 +74,8 @@ def _sources(select: exp.Select) -> list[tuple[str, exp.Expression, str]]:
     return out
 
 
-def _conjuncts(node: exp.Expression | None) -> list[exp.Expression]:
+def _conjuncts(node: Any) -> list[Any]:
+    """The AND-ed terms of a condition (sqlglot nodes)."""
     if node is None:
         return []
     return list(node.flatten()) if isinstance(node, exp.And) else [node]
