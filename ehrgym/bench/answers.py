@@ -34,6 +34,7 @@ under these rules; an answer that breaks one is *not comparable* (the verdict sa
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -309,8 +310,6 @@ def _json_scalar(value: Any) -> Any:
 def answer_key(value: Any) -> str:
     """An answer as one string (the value as JSON): equal strings are the same answer (what the builder's answer
     spread and the answer-prior probe count)."""
-    import json
-
     return json.dumps(value, sort_keys=True, default=lambda v: _json_scalar(v) if hasattr(v, "item") or
                       isinstance(v, dt.date) else str(v))
 

@@ -58,7 +58,7 @@ def reads_only_patient(sql: str, tables: Iterable[str], ids: Mapping[str, Iterab
         if any(c.name.lower() in DENSE_IDS for c in tree.find_all(exp.Column)):
             return False
     for table in base:
-        if table.name.lower() in edited and not _restricted(table, ctes, allowed):
+        if table.name.lower() in edited and not _restricted(table, allowed):
             return False
     return True
 
@@ -81,7 +81,7 @@ def _conjuncts(node: Any) -> list[Any]:
     return list(node.flatten()) if isinstance(node, exp.And) else [node]
 
 
-def _restricted(table: exp.Table, ctes: set[str], allowed: dict[str, set[int]]) -> bool:
+def _restricted(table: exp.Table, allowed: dict[str, set[int]]) -> bool:
     select = table.find_ancestor(exp.Select)
     if select is None:
         return False

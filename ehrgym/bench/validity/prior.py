@@ -59,29 +59,25 @@ def _correct(task: Task, guess: Any) -> bool:
 
 def answer_prior(tasks: list[Task], bar: float = BAR, top: int = 8) -> dict[str, Any]:
     """The prior policy's test scores and each template's answer spread (see the module docstring)."""
-    clean = [t for t in tasks if t.variant == "clean"]
-    train: dict[str, list[str]] = defaultdict(list)
-    every: dict[str, list[str]] = defaultdict(list)
-    by_concept: dict[Any, list[str]] = defaultdict(list)  # (template, concept) -> train answers
-    every_concept: dict[Any, list[str]] = defaultdict(list)
-    for t in clean:
-        key = answer_key(t.expected.value)
-        every[t.template_id].append(key)
-        for group in _groups(t)[1:]:
-            every_concept[group].append(key)
-        if t.split == "train":
-            train[t.template_id].append(key)
-            for group in _groups(t)[1:]:
-                by_concept[group].append(key)
-    guess = {tid: _most_common(keys) for tid, keys in train.items()}
-    lookup = {group: _most_common(keys) for group, keys in by_concept.items()}
+    # per spread group — (template, ()) and (template, concept named): its clean answers, all and train only
+    every: dict[Any, list[str]] = defaultdict(list)
+    train: dict[Any, list[str]] = defaultdict(list)
+    for t in tasks:
+        if t.variant == "clean":
+            key = answer_key(t.expected.value)
+            for group in _groups(t):
+                every[group].append(key)
+                if t.split == "train":
+                    train[group].append(key)
+    most = {group: _most_common(keys) for group, keys in train.items()}
+    guess = {tid: m for (tid, concept), m in most.items() if not concept}
     scored: dict[tuple[str, str], list[bool]] = defaultdict(list)
     looked: dict[str, list[bool]] = defaultdict(list)
     for t in tasks:
         if t.split == "test":
             g = guess.get(t.template_id)
             scored[(t.template_id, t.variant)].append(g is not None and _correct(t, json.loads(g[0])))
-            found = [lookup[c] for c in _groups(t)[1:] if c in lookup]
+            found = [most[c] for c in _groups(t)[1:] if c in most]
             g = found[0] if found else g
             looked[t.variant].append(g is not None and _correct(t, json.loads(g[0])))
 
@@ -96,18 +92,16 @@ def answer_prior(tasks: list[Task], bar: float = BAR, top: int = 8) -> dict[str,
             by_template.append({"template": tid, "test_pairs": len(oks), "clean_pct": pct(oks),
                                 "answer": json.loads(key), "train_share": round(n / total, 3)})
     by_template.sort(key=lambda r: (-sum(scored[(r["template"], "clean")]), r["template"]))
-    spread = {}
-    for tid, keys in sorted(every.items()):
-        key, n, total = _most_common(keys)
-        spread[tid] = {"pairs": total, "answer": json.loads(key), "share": round(n / total, 3)}
-    # half rounded up is the cap's own limit (4 of 7): above it means the cap did not hold
-    above = {tid: {**s, "excess": _excess(s, bar)} for tid, s in spread.items()
-             if s["pairs"] >= MIN_PAIRS and _excess(s, bar) > 0}
-    for (tid, concept), keys in sorted(every_concept.items()):
+    spread: dict[str, dict[str, Any]] = {}  # per template
+    above: dict[str, dict[str, Any]] = {}  # templates and concept groups over the cap's own limit (4 of 7)
+    for (tid, concept), keys in sorted(every.items()):
         key, n, total = _most_common(keys)
         s = {"pairs": total, "answer": json.loads(key), "share": round(n / total, 3)}
+        if not concept:
+            spread[tid] = s
         if total >= MIN_PAIRS and _excess(s, bar) > 0:
-            above[f"{tid} ({', '.join(v for _, v in concept)})"] = {**s, "excess": _excess(s, bar)}
+            name = f"{tid} ({', '.join(v for _, v in concept)})" if concept else tid
+            above[name] = {**s, "excess": _excess(s, bar)}
     unseen = sorted({t.template_id for t in tasks if t.split == "test"} - set(guess))
     shares = sorted(s["share"] for s in spread.values() if s["pairs"] >= MIN_PAIRS)
     return {"clean_pct": pct(variants["clean"]), "noise_pct": pct(variants["noise"]),
