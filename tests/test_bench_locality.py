@@ -70,7 +70,7 @@ def built(synth_db, tmp_path_factory):
 
 def _others_changed(verifier: PairVerifier, tables: list[str], subject: int, rng: np.random.Generator,
                     noise: Overlay) -> Overlay:
-    """An overlay that deletes a third of every other patient's rows of ``tables`` and stores a block of them again
+    """An overlay that deletes a third of every other patient's rows (at most 400, a background's widest) of ``tables`` and stores a block of them again
     (renumbering a dense id as the noise's own edit of the table does)."""
     own = noise.merged()
     edits = []
@@ -81,7 +81,7 @@ def _others_changed(verifier: PairVerifier, tables: list[str], subject: int, rng
                                           f"ORDER BY rowid").fetchall()]
         if len(rows) < 10:
             continue
-        deleted = sorted(int(r) for r in rng.choice(rows, size=len(rows) // 3, replace=False))
+        deleted = sorted(int(r) for r in rng.choice(rows, size=min(len(rows) // 3, 400), replace=False))
         kept = [r for r in rows if r not in set(deleted)][:5]
         copies = fetch_rows(con, table, kept)
         dense = own[table].dense_id if table in own else COPYABLE.get(table) or None
@@ -94,7 +94,7 @@ def test_a_proven_query_gives_the_same_rows_when_other_patients_rows_change(buil
     rng = np.random.default_rng(0)
     proven = 0
     try:
-        for t in [t for t in built if t.level == "patient"][:160]:
+        for t in [t for t in built if t.level == "patient"][:100]:
             entity = t.meta["entity"]
             ids = {k: {int(entity[k])} for k in ("subject_id", "hadm_id", "stay_id") if isinstance(entity.get(k), int)}
             if "subject_id" not in ids or not reads_only_patient(t.gold_sql, TABLES, ids):
@@ -108,4 +108,4 @@ def test_a_proven_query_gives_the_same_rows_when_other_patients_rows_change(buil
             proven += 1
     finally:
         verifier.close()
-    assert proven >= 40  # most patient questions' SQL is proven local
+    assert proven >= 25  # most patient questions' SQL is proven local
