@@ -45,7 +45,9 @@ def test_every_pair_has_one_background_for_both_twins(pairs):
         clean, noise = pair["clean"], pair["noise"]
         assert not clean.background.is_empty, clean.task_id
         assert clean.background == noise.background
-        assert clean.overlay == clean.background  # a clean twin is served its background, nothing else
+        # a clean twin is served its background and its decoy, if any (ehrgym.bench.decoys), nothing else
+        assert clean.overlay.edits == clean.background.edits + clean.decoy.edits
+        assert noise.decoy.is_empty
         assert noise.overlay.edits == clean.background.edits + noise.noise.overlay.edits
 
 

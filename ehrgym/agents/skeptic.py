@@ -15,7 +15,8 @@ checking of the evidence earns). Its script, one SQL step each:
    ``false_premise``;
 3. **profile** each evidence table read by the draft (text values parsed, units converted):
    rows outside their stay, duplicates, contradictory rows for one measurement
-   (→ ``conflicting_evidence``), implausible values (item bounds from
+   (→ ``conflicting_evidence`` when believing one side or the other changes the answer, else the answer both
+   give), implausible values (item bounds from
    :func:`ehrgym.db.items.item_reference`), rows without a value; no evidence at all →
    ``insufficient_evidence``;
 4. **answer** from cleaned relations (in window, deduplicated, parsed, converted): an
@@ -134,6 +135,7 @@ class SkepticAgent(Agent):
 
         # 3. profile the evidence
         bad_values = False
+        contradicted: list[str] = []
         empty = bool(a.evidence_tables)
         for table in a.evidence_tables:
             try:
@@ -154,8 +156,7 @@ class SkepticAgent(Agent):
             prof = dict(zip(res.columns, res.rows[0]))
             self.notes.append(f"{table}: {prof}")
             if (prof.get("n_conflict") or 0) > 0:
-                yield _abstain("conflicting_evidence", f"{table} holds contradictory rows for one measurement")
-                return
+                contradicted.append(table)
             if (prof.get("n") or 0) - (prof.get("n_oow") or 0) > 0:
                 empty = False
             if a.uses_value(TABLE_RULES[table]) and (prof.get("n_implausible") or 0) + (prof.get("n_valueless") or 0) > 0:
@@ -175,6 +176,20 @@ class SkepticAgent(Agent):
             return generated(("cleaned", drop_values), lambda: rewrite_tables(tree, lambda r, w: clean_relation(
                 r, drop_values and a.uses_value(r), items, w, used(r)))) or ""
 
+        if contradicted:  # believe each side in turn: only a contradiction that changes the answer stops it
+            readings = []
+            for side in ("ASC", "DESC"):
+                sql = generated(("resolved", side), lambda side=side: rewrite_tables(tree, lambda r, w: clean_relation(
+                    r, a.aggregate and a.uses_value(r), items, w, used(r), resolve=side))) or ""
+                readings.append((yield from self._value(sql)))
+            (first, ok1), (second, ok2) = readings
+            if ok1 and ok2 and first is not None and first == second:
+                self.notes.append(f"contradictory rows in {', '.join(contradicted)} give the same answer either way")
+                yield AnswerAction(first, explanation="skeptic: the same answer whichever contradictory record is right")
+            else:
+                yield _abstain("conflicting_evidence", f"{', '.join(contradicted)} holds contradictory rows for one "
+                                                       f"measurement, and which one is right changes the answer")
+            return
         rules_used = [t for t in a.evidence_tables if t in TABLE_RULES]
         if not rules_used:
             yield from self._run_as_drafted(drafted())

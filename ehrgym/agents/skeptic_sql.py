@@ -494,14 +494,20 @@ def profile_relation(rule: TableRule, items: tuple[int, ...] = (), where: str | 
 
 
 def clean_relation(rule: TableRule, drop_bad_values: bool, items: tuple[int, ...] = (),
-                   where: str | None = None, used: frozenset[str] = frozenset()) -> str:
+                   where: str | None = None, used: frozenset[str] = frozenset(), resolve: str | None = None) -> str:
     """In-window rows without re-stored copies (and, when ``drop_bad_values``, without implausible or
-    valueless rows). A copy is a row equal to another in everything but row ids and store times."""
+    valueless rows). A copy is a row equal to another in everything but row ids and store times.
+    ``resolve`` (``ASC`` | ``DESC``): of rows sharing the natural key but not their content (a contradiction),
+    keep one only — the first or the last by content: two readings that between them believe each side."""
+    if resolve not in (None, "ASC", "DESC"):
+        raise ValueError(f"resolve is ASC, DESC or None, not {resolve!r}")
     cond = "NOT _oow" + (" AND NOT _implausible AND NOT _valueless" if drop_bad_values else "")
     cols = set(table_spec(rule.table).column_names)
     order = ", ".join(c for c in rule.ids if c in cols) or ", ".join(rule.key)
+    partition = ", ".join(rule.key) + ("" if resolve else ", _content")
+    order = f"_content {resolve}, {order}" if resolve else order
     return (f"(SELECT * EXCLUDE ({', '.join(FLAGS)}) FROM {profile_relation(rule, items, where, used)} "
-            f"WHERE {cond} QUALIFY row_number() OVER (PARTITION BY {', '.join(rule.key)}, _content "
+            f"WHERE {cond} QUALIFY row_number() OVER (PARTITION BY {partition} "
             f"ORDER BY {order}) = 1)")
 
 

@@ -14,6 +14,7 @@ from ehrgym.bench.builder import BENCHMARK_FORMAT_VERSION, Builder, database_boo
     make_tasks, pair_id_of
 from ehrgym.bench.card import card_markdown, make_card
 from ehrgym.bench.configs import BuildConfig, get_config
+from ehrgym.bench.decoys import decoy_counts
 from ehrgym.bench.dataset import write_benchmark
 from ehrgym.bench.splits import assign_splits
 from ehrgym.bench.task import Task
@@ -93,11 +94,15 @@ def build_benchmark(db: str | Path, out: str | Path, config: str | BuildConfig =
         # edits no item's rows, or the focused draw changed an answer), or edits of tables none of its SQL reads
         # (every draw changed an answer)
         "backgrounds": dict(sorted(Counter(d.clean.get("background_kind", "none") for d in drafts).items())),
+        # per record/value subtype whose noise leaves something to see: kept pairs whose clean twin is served a
+        # decoy (ehrgym.bench.decoys), and those where no row took one that leaves the clean answer as it is
+        "decoys": decoy_counts(drafts),
         "warnings": stats.warnings,
         "timings_seconds": {
             "sampling": round(stats.timings["sampling"], 3),
             "gold_execution": round(stats.timings["gold_execution"], 3),
             "verification": round(stats.timings["verification"], 3),
+            "decoys": round(stats.timings["decoys"], 3),
             "writing": None, "total": None,
         },
     }

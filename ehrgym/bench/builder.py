@@ -23,6 +23,7 @@ from tqdm import tqdm
 from ehrgym.bench.background import BackgroundMaker
 from ehrgym.bench.answers import NotComparable, answer_key, answers_match, format_answer, gold_from_rows
 from ehrgym.bench.complexity import sql_complexity, sql_tables
+from ehrgym.bench.decoys import DECOYED, Decoy, make_decoy
 from ehrgym.bench.context import (admission_row, cohort_eligible, cohort_locations_sql, cohort_sentence,
                                   context_sentence, eligible, with_context)
 from ehrgym.bench.configs import (LEXICAL, MARKED_SUBTYPES, QUERY_ABSTAIN, BuildConfig, answer_allowed,
@@ -268,29 +269,45 @@ class Builder:
         with _Clock(self.stats, "verification"):
             if not reads_places:  # the same per-entity context, read for kept pairs only
                 context, _ = self._context(t, c)
-            background = self._background(t, c, subtype, inj, clean_sql, naive_sql, robust_sql)
+        decoy = None
+        if self.config.decoys and subtype in DECOYED:
+            with _Clock(self.stats, "decoys"):
+                decoy = make_decoy(self.verifier, t, subtype, ctx, inj.noise.overlay, clean_sql,
+                                   _stable_int(self.seed, t.id, "decoy", c.index, subtype))
+        with _Clock(self.stats, "verification"):
+            background = self._background(t, c, subtype, inj, clean_sql, naive_sql, robust_sql, decoy)
         draft = self._draft(t, subtype, c, clean_value, clean_sql, paraphrase, inj, naive_sql, robust_sql,
                             outcome.naive_value, outcome.margin, context)
         draft.clean["background"] = draft.noise["background"] = background[0]
         draft.clean["background_kind"] = background[1]
+        if decoy is not None:
+            draft.clean["decoy"] = decoy.overlay
+            draft.clean["meta"]["decoy"] = {"subtype": decoy.subtype, "description": decoy.description,
+                                            "readings": decoy.readings}
         return draft
 
     def _background(self, t: Template, c: Candidate, subtype: str, inj: Injection, clean_sql: str, naive_sql: str,
-                    robust_sql: str | None) -> tuple[Overlay, str]:
-        """The pair's background overlay, served to both twins (:mod:`ehrgym.bench.background`)."""
+                    robust_sql: str | None, decoy: Decoy | None = None) -> tuple[Overlay, str]:
+        """The pair's background overlay, served to both twins (:mod:`ehrgym.bench.background`), verified with the
+        clean twin's decoy (:mod:`ehrgym.bench.decoys`) under it."""
         subjects = {int(p["subject_id"]) for p in (c.params, inj.params or {})
                     if isinstance(p.get("subject_id"), int)}
         last = self.verifier.last_rows
-        checks = [(clean_sql, Overlay(), self.verifier.rows(clean_sql)), (naive_sql, inj.noise.overlay, last["naive"])]
-        if robust_sql is not None and "robust" in last:
-            checks.append((robust_sql, inj.noise.overlay, last["robust"]))
+        naive_rows = last["naive"]
+        robust_rows = last.get("robust")
+        own = decoy.overlay if decoy is not None else Overlay()
+        clean_rows = decoy.rows if decoy is not None else self.verifier.rows(clean_sql)
+        checks = [(clean_sql, own, clean_rows), (naive_sql, inj.noise.overlay, naive_rows)]
+        if robust_sql is not None and robust_rows is not None:
+            checks.append((robust_sql, inj.noise.overlay, robust_rows))
         reads = {name for sql in (clean_sql, naive_sql, robust_sql) if sql for name in sql_tables(sql)}
         seed = [self.seed, _stable_int(t.id, "background"), c.index, SUBTYPE_ORDER.index(subtype)]
         patient = None
         if t.level == "patient":  # the clean question's ids (a nonexistent entity's id is checked, not proven)
             patient = {k: {int(c.params[k])} if isinstance(c.params.get(k), int) else set()
                        for k in ("subject_id", "hadm_id", "stay_id")}
-        return self.backgrounds.make(seed, t.evidence.table, subjects, inj.noise.overlay, checks, reads, t.answer,
+        edited = Overlay(inj.noise.overlay.edits + own.edits)  # rows the background leaves alone
+        return self.backgrounds.make(seed, t.evidence.table, subjects, edited, checks, reads, t.answer,
                                      None if t.level == "patient" else evidence_sql(t, c.params), patient)
 
     def _draft(self, t: Template, subtype: str, c: Candidate, clean_value: Any, clean_sql: str, paraphrase: int,
@@ -784,7 +801,8 @@ def make_tasks(drafts: list[Draft], splits: dict[str, str]) -> list[Task]:
                 task_id=f"{pair_id}:{variant}", pair_id=pair_id, variant=variant, intent=d.template.intent,
                 level=d.template.level, template_id=d.template.id, question=data["question"], gold_sql=gold,
                 naive_sql=data["naive_sql"], expected=data["expected"], noise=data.get("noise"),
-                split=splits[pair_id], meta=meta, background=data.get("background") or Overlay()))
+                split=splits[pair_id], meta=meta, background=data.get("background") or Overlay(),
+                decoy=data.get("decoy") or Overlay()))
     return sorted(tasks, key=lambda t: t.task_id)
 
 

@@ -74,6 +74,8 @@ class BuildConfig:
     tier_weights: tuple[float, float, float] = (1.0, 1.0, 1.0)  # template share by tier 1, 2, 3 (step 4)
     # step 6: one clean answer may be the gold of at most this share of a template's pairs (rounded up)
     max_answer_share: float = 0.5
+    # the clean twin of a record/value-level pair is served one harmless anomaly of the pair's kind (bench.decoys)
+    decoys: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)

@@ -15,7 +15,7 @@ from typing import Any
 
 import duckdb
 
-from ehrgym.bench.sqlrender import render_columns
+from ehrgym.bench.sqlrender import render_columns, render_sql
 from ehrgym.bench.templates.base import Template
 from ehrgym.db.connect import one_row
 from ehrgym.db.items import item_reference
@@ -34,20 +34,27 @@ class Candidate:
 
     @property
     def ineligible_reason(self) -> str | None:
-        p = self.profile
-        if p["__n"] == 0:
-            return "no_evidence"
-        if p["__nkey"] != p["__n"]:
-            return "natural_duplicates_or_conflicts"
-        if p["__nnull"]:
-            return "natural_missing_values"
-        if p["__nbad"]:
-            return "natural_implausible_values"
-        if p["__nunit"] > 1:
-            return "natural_mixed_units"
-        if p["__noow"]:
-            return "natural_out_of_window"
-        return None
+        return evidence_anomaly(self.profile)
+
+
+def evidence_anomaly(profile: dict[str, int]) -> str | None:
+    """What is odd about one entity's evidence (a profile of ``profile_sql``), the first of: no evidence, duplicated
+    or conflicting natural keys, missing numbers, implausible values, mixed units, rows outside the stay; None if
+    nothing."""
+    p = profile
+    if p["__n"] == 0:
+        return "no_evidence"
+    if p["__nkey"] != p["__n"]:
+        return "natural_duplicates_or_conflicts"
+    if p["__nnull"]:
+        return "natural_missing_values"
+    if p["__nbad"]:
+        return "natural_implausible_values"
+    if p["__nunit"] > 1:
+        return "natural_mixed_units"
+    if p["__noow"]:
+        return "natural_out_of_window"
+    return None
 
 
 def _bounds_join(t: Template) -> tuple[str, str]:
@@ -66,12 +73,17 @@ def _bounds_join(t: Template) -> tuple[str, str]:
     return "", "FALSE"
 
 
-def profile_sql(t: Template, pick: str) -> str:
-    """Profile every drawn candidate of relation ``pick`` in one join (no per-candidate query)."""
+def profile_sql(t: Template, pick: str, params: dict[str, Any] | None = None) -> str:
+    """Profile every drawn candidate of relation ``pick`` in one join (no per-candidate query); with ``params``,
+    the one entity they name (its predicate rendered with literals; ``pick`` then any one-row relation)."""
     ev = t.evidence
     spec = table_spec(ev.table)
-    where = render_columns(ev.where, "pick")
-    join = f" {render_columns(ev.join, 'pick')}" if ev.join else ""
+    if params is None:
+        where = render_columns(ev.where, "pick")
+        join = f" {render_columns(ev.join, 'pick')}" if ev.join else ""
+    else:
+        where = render_sql(ev.where, params, {})
+        join = f" {render_sql(ev.join, params, {})}" if ev.join else ""
     bjoin, bad = _bounds_join(t)
     wjoin, oow = "", "FALSE"
     if ev.window and ev.time_col:

@@ -115,6 +115,8 @@ class Task:
     # edits of other patients' rows served to both twins of the pair (ehrgym.bench.background): no episode
     # sees the clean database as such
     background: Overlay = field(default_factory=Overlay)
+    # a clean twin's one harmless anomaly in its own evidence (ehrgym.bench.decoys): served to it alone
+    decoy: Overlay = field(default_factory=Overlay)
 
     def __post_init__(self) -> None:
         problems = []
@@ -140,11 +142,11 @@ class Task:
 
     @property
     def overlay(self) -> Overlay:
-        """What the episode is served: the pair's background, then the noise (empty for a clean twin)."""
+        """What the episode is served: the pair's background, then a clean twin's decoy or a noisy twin's noise."""
         noise = self.noise.overlay if self.noise else Overlay()
-        if self.background.is_empty:
+        if self.background.is_empty and self.decoy.is_empty:
             return noise
-        return Overlay(self.background.edits + noise.edits)
+        return Overlay(self.background.edits + self.decoy.edits + noise.edits)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -156,6 +158,7 @@ class Task:
             "noise": self.noise.to_dict() if self.noise else None,
             "split": self.split, "meta": self.meta,
             **({"background": self.background.to_dict()} if not self.background.is_empty else {}),
+            **({"decoy": self.decoy.to_dict()} if not self.decoy.is_empty else {}),
         }
 
     @classmethod
@@ -178,6 +181,7 @@ class Task:
             expected=Expected.from_dict(data["expected"]), noise=NoiseSpec.from_dict(data.get("noise")),
             split=data["split"], meta=dict(data.get("meta") or {}),
             background=Overlay.from_dict(data.get("background")),
+            decoy=Overlay.from_dict(data.get("decoy")),
         )
 
 

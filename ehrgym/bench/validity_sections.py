@@ -143,6 +143,32 @@ def literal_baseline(ctx: ValidityContext) -> dict[str, Any]:
     return {**out, "markdown": md}
 
 
+@validity_section("evidence_anomaly")
+def evidence_anomaly(ctx: ValidityContext) -> dict[str, Any]:
+    """Whether an oddity in a twin's own evidence rows (a copy, a contradiction, a NULL, an impossible value, a second
+    unit, a row outside the stay) names the noisy twin or the expected outcome without judging its effect."""
+    from ehrgym.bench.validity.anomaly import anomaly_shortcut
+
+    if ctx.db is None:
+        return {"skipped": "no database given"}
+    r = anomaly_shortcut(ctx.db, ctx.tasks)
+    cvn, ava, lk, lko = r["clean_vs_noise"], r["answer_vs_abstain"], r["lookup"], r["lookup_when_odd"]
+    md = ["Each twin's evidence rows on its served views, checked as the sampler checks natural noise (test split, "
+          f"{r['pairs']} record/value-level pairs). Clean twins are served a harmless anomaly of their pair's kind "
+          "where one fits (a decoy, `ehrgym.bench.decoys`); without decoys every clean twin's evidence is pristine "
+          "and the first policy scores 1.0.", "",
+          "| policy | accuracy | chance / majority | twins |", "|---|---|---|---|",
+          f"| the odd twin is the noisy one | {cvn['accuracy']} | 0.5 | {2 * cvn['pairs']} |",
+          f"| abstain when the evidence is odd or empty | {ava['accuracy']} | {ava['majority']} | {ava['twins']} |",
+          f"| outcome looked up by (template, oddity) | {lk['accuracy']} | {lk['majority']} | {lk['twins']} |",
+          f"| the same, twins with an oddity only | {lko['accuracy']} | {lko['majority']} | {lko['twins']} |", "",
+          f"Clean twins whose evidence shows an oddity: {100 * (r['clean_odd_share'] or 0):.0f} % (noisy twins: "
+          f"{100 * (r['noise_odd_share'] or 0):.0f} %, `missing_evidence` excluded: its rows are gone).", "",
+          "| subtype | pairs | noisy twins odd | clean twins odd |", "|---|---|---|---|"]
+    md += [f"| {k} | {v['pairs']} | {v['noise_odd_pct']} % | {v['clean_odd_pct']} % |" for k, v in r["by_subtype"].items()]
+    return {**r, "markdown": md}
+
+
 @validity_section("database_state")
 def database_state(ctx: ValidityContext) -> dict[str, Any]:
     """Accuracy of a depth-3 tree that reads only whole-table fingerprints (row counts, a content checksum)

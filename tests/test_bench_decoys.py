@@ -1,0 +1,123 @@
+"""Decoys: a clean twin's evidence must not be pristine by selection (``ehrgym.bench.decoys``), or "any oddity in
+the rows means the noisy twin" scores perfectly (``ehrgym.bench.validity.anomaly``)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+import pytest
+
+from ehrgym.bench.build import build_benchmark
+from ehrgym.bench.configs import CONFIGS
+from ehrgym.bench.decoys import DECOYED, UNREADABLE, readings
+from ehrgym.bench.noise import INJECTORS
+from ehrgym.bench.noise.base import Injection
+from ehrgym.bench.task import load_tasks_jsonl
+from ehrgym.bench.templates import all_templates
+from ehrgym.bench.validity.anomaly import anomaly_shortcut, twin_anomalies
+from ehrgym.bench.verify import PairVerifier
+from ehrgym.bench.verify import _match as answers_agree
+from ehrgym.db.overlay import Overlay, TableEdit
+
+CONFIG = replace(CONFIGS["small"], pairs=400)
+
+
+@pytest.fixture(scope="module")
+def builds(synth_db, tmp_path_factory):
+    root = tmp_path_factory.mktemp("decoys")
+    with_decoys = build_benchmark(synth_db, root / "with", config=CONFIG, seed=2, progress=False)
+    without = build_benchmark(synth_db, root / "without", config=replace(CONFIG, decoys=False), seed=2,
+                              progress=False)
+    return (load_tasks_jsonl(root / "with" / "tasks.jsonl"), with_decoys,
+            load_tasks_jsonl(root / "without" / "tasks.jsonl"), without)
+
+
+def test_decoys_go_to_clean_twins_of_visible_data_noise_only(builds):
+    tasks, result, *_ = builds
+    served = [t for t in tasks if not t.decoy.is_empty]
+    assert served, "no clean twin was served a decoy"
+    subtype = {t.pair_id: t.noise.subtype for t in tasks if t.noise is not None}
+    assert all(t.variant == "clean" for t in served)
+    assert all(subtype[t.pair_id] in DECOYED for t in served)
+    assert all(t.meta["decoy"]["subtype"] == subtype[t.pair_id] for t in served)  # the pair's own kind
+    counts = result.report["decoys"]
+    assert sum(v["served"] for v in counts.values()) == len(served)
+    assert set(counts) <= DECOYED
+    # the served overlay is background + decoy; the noisy twin's is background + noise
+    for t in served:
+        assert t.overlay.edits == t.background.edits + t.decoy.edits
+
+
+def test_a_decoy_never_changes_the_clean_answer_and_is_visible(builds, synth_db):
+    tasks, *_ = builds
+    served = [t for t in tasks if not t.decoy.is_empty]
+    seen = twin_anomalies(synth_db, served)
+    verifier = PairVerifier(synth_db)
+    try:
+        for t in served:
+            got = verifier.value(t.gold_sql, t.expected.answer, t.overlay)
+            assert answers_agree(t.expected.value, got, t.expected.answer), (t.task_id, t.meta["decoy"])
+    finally:
+        verifier.close()
+    # most decoys show in the evidence as the sampler would flag natural noise (an out-of-window copy of a stay
+    # whose window the profile does not join is the exception)
+    assert sum(v is not None for v in seen.values()) >= 0.8 * len(served)
+
+
+def test_decoys_break_the_any_anomaly_shortcut(builds, synth_db):
+    tasks, _, plain, _ = builds
+    before = anomaly_shortcut(synth_db, plain, split="train", train_pairs=200)
+    after = anomaly_shortcut(synth_db, tasks, split="train", train_pairs=200)
+    # without decoys every clean twin's evidence is pristine: the oddity alone names the noisy twin
+    assert before["clean_odd_share"] == 0.0 and before["clean_vs_noise"]["accuracy"] == 1.0
+    assert after["clean_odd_share"] >= 0.25
+    assert after["clean_vs_noise"]["accuracy"] <= before["clean_vs_noise"]["accuracy"] - 0.1
+    assert after["lookup_when_odd"]["accuracy"] < before["lookup_when_odd"]["accuracy"]
+
+
+def _template(subtype: str):
+    return next(t for t in all_templates() if INJECTORS[subtype].can_corrupt(t) and t.evidence.item_param
+                and t.evidence.value_col and t.evidence.table == "labevents")
+
+
+def test_readings_cover_every_way_the_decoy_may_be_true():
+    t = _template("missing_value")
+    row = {"subject_id": 1, "hadm_id": 2, "itemid": 50912, t.evidence.value_col: None, "charttime": "2150-01-01"}
+    served = Overlay((TableEdit("labevents", (5,), (row,), (5,)),))
+    inj = Injection(INJECTORS["missing_value"].spec(served), "abstain", "insufficient_evidence")
+    worlds = readings(t, "missing_value", inj, {t.evidence.item_param: 50912})
+    assert "missing_value" in UNREADABLE
+    values = [w.edits[0].insert_rows[0][t.evidence.value_col] for w, _ in worlds]
+    assert values[0] is None and len(worlds) == 3  # as served, then either end of creatinine's plausible range
+    assert values[1] < values[2]
+    # a contradiction adds the world where the other record is the true one; a clean-up reading for answered noise
+    alt = Overlay((TableEdit("labevents", (5,), ({**row, t.evidence.value_col: 1.0},), (5,)),))
+    conflict = Injection(INJECTORS["conflicting_records"].spec(served), "abstain", "conflicting_evidence",
+                         alternative=alt)
+    assert [w for w, _ in readings(t, "conflicting_records", conflict, {})][1] is alt
+    dup = Injection(INJECTORS["duplicate_records"].spec(served), "answer", cleaners=(lambda *a: "",))
+    assert [cleaned for _, cleaned in readings(t, "duplicate_records", dup, {})] == [False, True]
+
+
+def test_build_without_decoys_is_the_previous_benchmark(builds):
+    _, _, plain, report = builds
+    assert all(t.decoy.is_empty for t in plain)
+    assert all("decoy" not in t.to_dict() for t in plain)
+    assert Counter(v["served"] for v in report.report["decoys"].values()) == Counter({0: len(report.report["decoys"])})
+
+
+def test_the_skeptic_judges_a_contradiction_by_its_effect(builds, synth_db, tmp_path):
+    """A generic checker that abstains on every contradiction fails the decoyed clean twins; the skeptic believes
+    each side in turn and abstains only when that changes the answer."""
+    from ehrgym.eval.runner import run_evaluation
+    from ehrgym.eval.store import EpisodeStore
+
+    tasks, result, *_ = builds
+    clean = [t.task_id for t in tasks if t.meta.get("decoy", {}).get("subtype") == "conflicting_records"]
+    noisy = [t.task_id for t in tasks if t.noise is not None and t.noise.subtype == "conflicting_records"]
+    assert len(clean) >= 3
+    run_evaluation(result.out, synth_db, "skeptic", tmp_path / "sk", k=1, tasks=clean + noisy, progress=False)
+    got = {r.task_id: r.success_strict for r in EpisodeStore(tmp_path / "sk").records()}
+    assert sum(got[t] for t in clean) >= 0.8 * len(clean)  # answered, correctly, through the harmless one
+    assert sum(got[t] for t in noisy) >= 0.8 * len(noisy)  # abstained on the one that matters
