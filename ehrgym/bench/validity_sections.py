@@ -152,7 +152,8 @@ def evidence_anomaly(ctx: ValidityContext) -> dict[str, Any]:
     if ctx.db is None:
         return {"skipped": "no database given"}
     r = anomaly_shortcut(ctx.db, ctx.tasks)
-    cvn, ava, lk, lko = r["clean_vs_noise"], r["answer_vs_abstain"], r["lookup"], r["lookup_when_odd"]
+    cvn, ava, lk, lko, lkm = (r["clean_vs_noise"], r["answer_vs_abstain"], r["lookup"], r["lookup_when_odd"],
+                              r["lookup_when_odd_many_rows"])
     md = ["Each twin's evidence rows on its served views, checked as the sampler checks natural noise (test split, "
           f"{r['pairs']} record/value-level pairs). Clean twins are served a harmless anomaly of their pair's kind "
           "where one fits (a decoy, `ehrgym.bench.decoys`); without decoys every clean twin's evidence is pristine "
@@ -161,7 +162,10 @@ def evidence_anomaly(ctx: ValidityContext) -> dict[str, Any]:
           f"| the odd twin is the noisy one | {cvn['accuracy']} | 0.5 | {2 * cvn['pairs']} |",
           f"| abstain when the evidence is odd or empty | {ava['accuracy']} | {ava['majority']} | {ava['twins']} |",
           f"| outcome looked up by (template, oddity) | {lk['accuracy']} | {lk['majority']} | {lk['twins']} |",
-          f"| the same, twins with an oddity only | {lko['accuracy']} | {lko['majority']} | {lko['twins']} |", "",
+          f"| the same, twins with an oddity only | {lko['accuracy']} | {lko['majority']} | {lko['twins']} |",
+          f"| the same, of several evidence rows | {lkm['accuracy']} | {lkm['majority']} | {lkm['twins']} |", "",
+          "With one evidence row the odd row is the answer itself (an impossible age), and noticing it is judging it.",
+          "",
           f"Clean twins whose evidence shows an oddity: {100 * (r['clean_odd_share'] or 0):.0f} % (noisy twins: "
           f"{100 * (r['noise_odd_share'] or 0):.0f} %, `missing_evidence` excluded: its rows are gone).", "",
           "| subtype | pairs | noisy twins odd | clean twins odd |", "|---|---|---|---|"]

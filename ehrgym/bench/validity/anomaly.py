@@ -51,9 +51,14 @@ def _typed(params: dict[str, Any]) -> dict[str, Any]:
 
 def twin_anomalies(db: str | Path, tasks: list[Task]) -> dict[str, str | None]:
     """task_id -> the anomaly its served evidence shows (``no_evidence`` when it has no rows; None: none)."""
+    return {k: evidence_anomaly(p) for k, p in twin_profiles(db, tasks).items()}
+
+
+def twin_profiles(db: str | Path, tasks: list[Task]) -> dict[str, dict[str, int]]:
+    """task_id -> the profile of its served evidence (``sampling.PROFILE_COLUMNS``: rows, keys, NULLs …)."""
     templates = {t.id: t for t in all_templates()}
     con, session = overlay_connection(db)
-    out: dict[str, str | None] = {}
+    out: dict[str, dict[str, int]] = {}
     try:
         for task in sorted(tasks, key=lambda x: x.task_id):
             t = templates.get(task.template_id)
@@ -63,12 +68,8 @@ def twin_anomalies(db: str | Path, tasks: list[Task]) -> dict[str, str | None]:
             session.apply(task.overlay)
             cur = con.execute(profile_sql(t, "(SELECT 1 AS __one)", _typed(entity)))
             names = [d[0] for d in cur.description]
-            row = cur.fetchone()
-            if row is None:
-                out[task.task_id] = "no_evidence"
-                continue
-            got = dict(zip(names, row))
-            out[task.task_id] = evidence_anomaly({k: int(got[k] or 0) for k in PROFILE_COLUMNS})
+            got = dict(zip(names, cur.fetchone() or [0] * len(names)))
+            out[task.task_id] = {k: int(got.get(k) or 0) for k in PROFILE_COLUMNS}
     finally:
         con.close()
     return out
@@ -100,7 +101,8 @@ def anomaly_shortcut(db: str | Path, tasks: list[Task], split: str = "test",
     pairs."""
     data = _data_pairs(tasks, split)
     train = _sample(_data_pairs(tasks, "train"), train_pairs)
-    seen = twin_anomalies(db, [t for group in (data, train) for tw in group.values() for t in tw.values()])
+    profiles = twin_profiles(db, [t for group in (data, train) for tw in group.values() for t in tw.values()])
+    seen = {k: evidence_anomaly(p) for k, p in profiles.items()}
 
     def odd(task: Task) -> bool:
         return seen.get(task.task_id) not in (None, "no_evidence")
@@ -136,7 +138,12 @@ def anomaly_shortcut(db: str | Path, tasks: list[Task], split: str = "test",
 
     hits = [lookup(t) == t.expected.kind for t in twins]
     shown = [i for i, t in enumerate(twins) if odd(t)]  # twins whose evidence shows an anomaly
-    shown_abstain = sum(abstains[i] for i in shown)
+
+    def scored(idx: list[int]) -> dict[str, Any]:
+        n_abstain = sum(abstains[i] for i in idx)
+        return {"accuracy": round(sum(hits[i] for i in idx) / len(idx), 3) if idx else None,
+                "majority": round(max(n_abstain, len(idx) - n_abstain) / len(idx), 3) if idx else None,
+                "twins": len(idx)}
     return {
         "split": split,
         "pairs": len(data),
@@ -148,9 +155,10 @@ def anomaly_shortcut(db: str | Path, tasks: list[Task], split: str = "test",
                               "majority": round(majority, 3) if majority is not None else None, "twins": len(twins)},
         "lookup": {"accuracy": round(sum(hits) / len(twins), 3) if twins else None,
                    "majority": round(majority, 3) if majority is not None else None, "twins": len(twins)},
-        "lookup_when_odd": {"accuracy": round(sum(hits[i] for i in shown) / len(shown), 3) if shown else None,
-                            "majority": round(max(shown_abstain, len(shown) - shown_abstain) / len(shown), 3)
-                            if shown else None, "twins": len(shown)},
+        "lookup_when_odd": scored(shown),
+        # of those, the twins with more than one evidence row: with one row the odd row is the answer itself, and
+        # noticing it is judging it (an impossible age, a MIC that reads as nothing)
+        "lookup_when_odd_many_rows": scored([i for i in shown if profiles[twins[i].task_id]["__n"] > 1]),
         "clean_odd_share": round(sum(odd(tw["clean"]) for tw in visible) / len(visible), 3) if visible else None,
         "noise_odd_share": round(sum(odd(tw["noise"]) for tw in visible) / len(visible), 3) if visible else None,
         "by_subtype": {k: {**v, "noise_odd_pct": round(100 * v["noise_odd"] / v["pairs"], 1),
