@@ -62,12 +62,12 @@ def main() -> None:
         splits.append(ts)
         print(f"run {i + 1} (workers {config.workers}): {total:7.1f} s  pairs {result.report['kept_pairs']}/{result.report['target_pairs']}  "
               f"sampling {ts['sampling']:.1f}  gold {ts['gold_execution']:.1f}  verification {ts['verification']:.1f}"
-              f"  writing {ts['writing']:.1f}  cpu {ts.get('cpu', 0):.1f}  (load avg at start {load:.1f})")
+              f"  decoys {ts.get('decoys') or 0:.1f}  writing {ts['writing']:.1f}  cpu {ts.get('cpu', 0):.1f}  (load avg at start {load:.1f})")
     med = statistics.median(totals)
     cpu = statistics.median(s.get("cpu", 0) for s in splits)
     print(f"median CPU seconds      {cpu:7.1f} s   (this process + workers: the load-independent work)")
-    for key in ("sampling", "gold_execution", "verification", "writing"):
-        print(f"median {key:15s} {statistics.median(s[key] for s in splits):7.1f} s")
+    for key in ("sampling", "gold_execution", "verification", "decoys", "writing"):
+        print(f"median {key:15s} {statistics.median(s.get(key) or 0 for s in splits):7.1f} s")
     # wall-clock phases: pairs (sampling + the workers + deficit passes), then card (validity report) and files
     card = [s["total"] - s["pairs"] - s["writing"] for s in splits]
     print(f"median pairs phase     {statistics.median(s['pairs'] for s in splits):7.1f} s   (wall)")
