@@ -26,7 +26,7 @@ background (:mod:`ehrgym.bench.background`), which is drawn around its rows.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -170,12 +170,8 @@ def make_decoy(verifier: Any, t: Template, subtype: str, ctx: InjectContext, noi
     taken = frozenset(int(r[id_col]) for e in noise.edits for r in e.insert_rows
                       if id_col and isinstance(r.get(id_col), int))
     clean_rows = verifier.rows(clean_sql)
-    # an impossible value the other way round: an impossibly low reading cannot be a maximum (an extra one is
-    # dropped from a maximum's rows, as the noise's own extra rows are); in place it is still unreadable
-    shown_as = replace(t, evidence=replace(t.evidence, extreme="low" if t.evidence.extreme == "high" else "high")) \
-        if subtype == "implausible_value" else t
     for i, target in enumerate(targets(ctx, avoid, seed)):
-        dctx = DecoyContext(con=ctx.con, template=shown_as, params=dict(ctx.params), clean_value=ctx.clean_value,
+        dctx = DecoyContext(con=ctx.con, template=t, params=dict(ctx.params), clean_value=ctx.clean_value,
                             rng=np.random.default_rng([seed, i]), base=ctx.base, max_ids=ctx.max_ids,
                             paraphrase=ctx.paraphrase, shown=ctx.shown, places=ctx.places, target=target,
                             taken_ids=taken)
