@@ -293,13 +293,11 @@ class Builder:
         subjects = {int(p["subject_id"]) for p in (c.params, inj.params or {})
                     if isinstance(p.get("subject_id"), int)}
         last = self.verifier.last_rows
-        naive_rows = last["naive"]
-        robust_rows = last.get("robust")
         own = decoy.overlay if decoy is not None else Overlay()
         clean_rows = decoy.rows if decoy is not None else self.verifier.rows(clean_sql)
-        checks = [(clean_sql, own, clean_rows), (naive_sql, inj.noise.overlay, naive_rows)]
-        if robust_sql is not None and robust_rows is not None:
-            checks.append((robust_sql, inj.noise.overlay, robust_rows))
+        checks = [(clean_sql, own, clean_rows), (naive_sql, inj.noise.overlay, last["naive"])]
+        if robust_sql is not None and "robust" in last:
+            checks.append((robust_sql, inj.noise.overlay, last["robust"]))
         reads = {name for sql in (clean_sql, naive_sql, robust_sql) if sql for name in sql_tables(sql)}
         seed = [self.seed, _stable_int(t.id, "background"), c.index, SUBTYPE_ORDER.index(subtype)]
         patient = None

@@ -34,7 +34,7 @@ import numpy as np
 from ehrgym.bench.background import same_answer
 from ehrgym.bench.noise import INJECTORS, cleaning
 from ehrgym.bench.noise.base import InjectContext, Injection
-from ehrgym.bench.noise.values import finite, format_like, parse_stamp, shift_times, typed_value
+from ehrgym.bench.noise.values import finite, parse_stamp, shift_times, with_value
 from ehrgym.bench.sqlrender import render_sql
 from ehrgym.bench.templates.base import Template
 from ehrgym.db.overlay import Overlay, TableEdit
@@ -133,7 +133,7 @@ def readings(t: Template, subtype: str, inj: Injection, params: dict[str, Any]) 
         for end in bounds:
             edits = []
             for e in served.edits:
-                rows = tuple(_holding(t, r, end) if r.get(ev.value_col) is None or not _plausible(r, ev, bounds)
+                rows = tuple(with_value(ev, r, end) if r.get(ev.value_col) is None or not _plausible(r, ev, bounds)
                              else r for r in e.insert_rows)
                 edits.append(TableEdit(e.table, e.delete_rowids, rows, e.insert_after, e.dense_id))
             out.append((Overlay(tuple(edits)), False))
@@ -143,16 +143,6 @@ def readings(t: Template, subtype: str, inj: Injection, params: dict[str, Any]) 
 def _plausible(row: dict[str, Any], ev: Any, bounds: tuple[float, float]) -> bool:
     v = row.get(ev.value_col)
     return v is not None and finite(v) and bounds[0] <= float(v) <= bounds[1]
-
-
-def _holding(t: Template, row: dict[str, Any], value: float) -> dict[str, Any]:
-    ev = t.evidence
-    assert ev.value_col is not None  # readings() asks only of templates with a value column
-    out = dict(row)
-    out[ev.value_col] = typed_value(ev.table, ev.value_col, value)
-    if ev.text_col:
-        out[ev.text_col] = format_like(value, None)
-    return out
 
 
 def make_decoy(verifier: Any, t: Template, subtype: str, ctx: InjectContext, noise: Overlay, clean_sql: str,

@@ -8,8 +8,8 @@ from typing import Any
 from ehrgym.bench.noise import cleaning
 from ehrgym.bench.noise.base import ROWID, InjectContext, Injection, Injector, batch_size, register_injector
 from ehrgym.bench.noise.teaching import TeachingCard
-from ehrgym.bench.noise.values import (conflicting, derivable, finite, format_like, parse_stamp, shift_times,
-                                       shifted, typed_value)
+from ehrgym.bench.noise.values import (conflicting, derivable, finite, parse_stamp, shift_times,
+                                       shifted, with_value)
 from ehrgym.db.overlay import Overlay, TableEdit
 
 MAX_DELETED_ROWS = 400
@@ -20,12 +20,7 @@ def _copy(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _set_value(ctx: InjectContext, row: dict[str, Any], value: float | None) -> dict[str, Any]:
-    ev = ctx.evidence
-    out = dict(row)
-    out[ev.value_col] = typed_value(ev.table, ev.value_col, value)
-    if ev.text_col:
-        out[ev.text_col] = format_like(value, row.get(ev.text_col))
-    return out
+    return with_value(ctx.evidence, row, value)
 
 
 def _other_category(ctx: InjectContext, current: Any) -> Any:

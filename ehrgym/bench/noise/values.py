@@ -185,3 +185,12 @@ def typed_value(table: str, column: str, value: float | None) -> float | int | N
     if table_spec(table).column(column).duckdb_type == "BIGINT":
         return int(round(value))
     return value
+
+
+def with_value(evidence: Any, row: dict[str, Any], value: float | None) -> dict[str, Any]:
+    """``row`` holding ``value`` in the evidence's value column, its text column written like the row's own."""
+    out = dict(row)
+    out[evidence.value_col] = typed_value(evidence.table, evidence.value_col, value)
+    if evidence.text_col:
+        out[evidence.text_col] = format_like(value, row.get(evidence.text_col))
+    return out
