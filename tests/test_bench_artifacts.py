@@ -359,3 +359,118 @@ def test_many_deletions_filter_through_a_tree_that_keeps_the_scan_order(session)
     finally:
         con.execute("DROP TABLE IF EXISTS kept")
         session.clear()
+
+
+# ---------------------------------------------------------------- decoys (ehrgym.bench.decoys)
+
+DECOYS_PER_SUBTYPE = 40
+DECOYS_PER_TEMPLATE = 8  # spread over the subtype's templates, as a build spreads its pairs
+ATTEMPTS_PER_SUBTYPE = 600
+
+
+@pytest.fixture(scope="module")
+def decoyed_twins(synth_db):
+    """Both twins of pairs whose clean twin was served a decoy, drafted straight through the builder: a test-sized
+    build serves a few dozen decoys over seven subtypes, too thin to judge each."""
+    import types
+
+    from ehrgym.bench.builder import Builder
+    from ehrgym.bench.configs import get_config
+    from ehrgym.bench.decoys import DECOYED
+    from ehrgym.bench.noise import INJECTORS
+
+    temps = [t for t in all_templates() if any(s in t.noise and INJECTORS[s].applies(t) for s in DECOYED)]
+    b = Builder(synth_db, get_config("small"), seed=5, progress=False, templates=temps)
+    twins = []
+    try:
+        for s in sorted(DECOYED):
+            got = tried = 0
+            for t in temps:
+                if not (s in t.noise and INJECTORS[s].applies(t)):
+                    continue
+                if t.id not in b.candidates:
+                    b._draw(t, 60)
+                mine = 0
+                for c in b.candidates[t.id]:
+                    if mine >= DECOYS_PER_TEMPLATE or got >= DECOYS_PER_SUBTYPE or tried >= ATTEMPTS_PER_SUBTYPE:
+                        break
+                    tried += 1
+                    d = b.attempt(t, s, c)
+                    if d is None or "decoy" not in d.clean:
+                        continue
+                    pair = f"{t.id}:{s}:{c.index}"
+                    twins.append(types.SimpleNamespace(task_id=pair + ":clean", pair_id=pair, variant="clean",
+                                                       noise=None, decoy=d.clean["decoy"], template_id=t.id,
+                                                       meta=d.clean["meta"]))
+                    twins.append(types.SimpleNamespace(task_id=pair + ":noise", pair_id=pair, variant="noise",
+                                                       noise=d.noise["noise"], template_id=t.id, meta=d.noise["meta"]))
+                    mine += 1
+                    got += 1
+    finally:
+        b.close()
+    return twins
+
+
+@pytest.fixture(scope="module")
+def decoy_rowsets(decoyed_twins, synth_db):
+    return (collect(synth_db, decoyed_twins, seed=3, per_subtype=10_000, side="decoy"),
+            collect(synth_db, decoyed_twins, seed=3, per_subtype=10_000))
+
+
+def _judged_subtypes(decoys: dict[str, RowSet]) -> list[str]:
+    return [s for s, r in decoys.items() if r.labels.sum() >= 20]
+
+
+def _pooled(sets: list[RowSet]) -> RowSet:
+    return RowSet(np.concatenate([r.features for r in sets]), np.concatenate([r.labels for r in sets]),
+                  np.concatenate([r.task for r in sets]),
+                  np.concatenate([r.table if r.table is not None else np.full(len(r.labels), "") for r in sets]))
+
+
+def _slack(rows: RowSet) -> float:
+    """Two standard errors of a chance-level accuracy on these rows: a subtype judged on 40 rows a side swings by
+    ±0.08 (measured: conflicting records 0.61 on 40 drafted decoys, 0.51 on 260)."""
+    return 2 * 0.5 / np.sqrt(min(int(rows.labels.sum()), int((rows.labels == 0).sum())))
+
+
+def test_noise_rows_are_not_told_from_decoy_rows_by_storage(decoy_rowsets):
+    # the anomaly that changes the answer and the harmless one are written by the same injector: storage must not
+    # tell them apart (the withdrawn implausible decoys made impossible the other way round were at 0.997)
+    from ehrgym.bench.artifacts import noise_against_decoys
+
+    decoys, noise = decoy_rowsets
+    judged = _judged_subtypes(decoys)
+    assert len(judged) >= 4, f"too few decoyed subtypes with rows to judge: {sorted(decoys)}"
+    sets = {s: noise_against_decoys(noise[s], decoys[s]) for s in judged}
+    pooled = held_out_accuracy(_pooled(list(sets.values())), by_table=True)
+    assert pooled <= BAR, f"a depth-3 tree tells noise rows from decoy rows at {pooled:.3f} over {judged}"
+    for s, rows in sets.items():
+        acc = held_out_accuracy(rows)
+        assert acc <= BAR + _slack(rows), f"{s}: noise rows told from decoy rows at {acc:.3f}"
+
+
+def test_decoy_rows_are_stored_like_the_noise_they_copy(decoy_rowsets):
+    # beside the base's rows a decoy is no easier to spot than its pair's noise (implausible minima sit at the bar
+    # on both sides: an impossible value is on an extreme row, which the hospital flags like its own extreme rows)
+    decoys, noise = decoy_rowsets
+    judged = _judged_subtypes(decoys)
+    pooled = held_out_accuracy(_pooled([decoys[s] for s in judged]), by_table=True)
+    ref = held_out_accuracy(_pooled([noise[s] for s in judged]), by_table=True)
+    assert pooled <= max(BAR, ref + 0.03), f"decoy rows told from base rows at {pooled:.3f} (their noise {ref:.3f})"
+    for s in judged:
+        acc, own = held_out_accuracy(decoys[s]), held_out_accuracy(noise[s])
+        assert acc <= max(BAR, own) + _slack(decoys[s]), f"{s}: decoy rows told from base rows at {acc:.3f} " \
+                                                           f"(its noise {own:.3f})"
+
+
+def test_the_decoy_side_judges_only_clean_twins_decoys(decoyed_twins):
+    from ehrgym.bench.artifacts import decoyed_pairs, judged_overlay
+
+    clean = [t for t in decoyed_twins if t.variant == "clean"]
+    noisy = [t for t in decoyed_twins if t.variant == "noise"]
+    assert all(judged_overlay(t, "decoy")[0] == t.meta["decoy"]["subtype"] for t in clean)
+    assert all(judged_overlay(t, "decoy") is None for t in noisy)  # a noisy twin is served no decoy
+    assert all(judged_overlay(t, "noise") is None for t in clean)
+    assert decoyed_pairs(decoyed_twins, 10_000) <= {t.pair_id for t in clean}
+    with pytest.raises(ValueError, match="unknown side"):
+        judged_overlay(clean[0], "background")

@@ -43,12 +43,17 @@ def test_implausible_values_leave_the_physiologic_range(itemid, frac, low):
     bad = implausible(value, (ref.plausible_min, ref.plausible_max), low=low)
     if bad is not None:
         assert not ref.plausible_min <= bad <= ref.plausible_max
+        assert decimals_of(bad) <= max(decimals_of(value), 1)  # never more decimals than the row (a slip up fills one)
 
 
 def test_implausible_values_are_decimal_slips():
     assert implausible(90, (0, 350)) == 900  # integers stay integers
     assert implausible(37.2, (20, 46)) == 372.4  # the decimal slip keeps the precision of the item
-    assert implausible(138, (90, 200), low=True) == 13.8
+    # a slip down keeps the row's precision too: more decimals than the item's values (138 → 13.8, 0.6 → 0.006)
+    # would let storage alone tell the row from the base's (decimals, a text that disagrees with the number)
+    assert implausible(138, (90, 200), low=True) == 14
+    assert implausible(7.4, (6.8, 7.8), low=True) == 0.7
+    assert implausible(0.6, (0.1, 20), low=True) == -0.6  # 0.06 rounds back into range, 0.006 to nothing: a sign slip
 
 
 def test_implausible_values_are_far_out_and_not_another_unit():

@@ -32,7 +32,7 @@ from ehrgym.bench.noise.value import RESULT_ROWS
 from ehrgym.bench.noise.values import decimals_of, value_text
 from ehrgym.bench.task import Task
 from ehrgym.bench.templates import all_templates
-from ehrgym.db.overlay import OverlaySession, overlay_connection, to_json_value
+from ehrgym.db.overlay import Overlay, OverlaySession, overlay_connection, to_json_value
 from ehrgym.db.schema import table_spec
 
 FEATURES = ("id_rank", "position_rank", "id_minus_position", "null_cells", "value_null", "decimals",
@@ -76,19 +76,41 @@ def _templates() -> dict[str, Any]:
     return {t.id: t for t in all_templates()}
 
 
-def task_rows(session: OverlaySession, task: Task, rng: np.random.Generator
+SIDES = ("noise", "decoy")
+"""Whose rows are judged: a noisy twin's noise, or a clean twin's decoy (:mod:`ehrgym.bench.decoys`), which is written
+by the same injector and must be stored as the noise is — else storage would tell a harmless anomaly from one that
+changes the answer."""
+TWIN_OF_SIDE = {"noise": "noise", "decoy": "clean"}
+
+
+def judged_overlay(task: Task, side: str = "noise") -> tuple[str, Overlay] | None:
+    """The subtype and overlay whose rows are judged on ``side`` of ``task`` (None: it has none there)."""
+    if side == "noise":
+        return (task.noise.subtype, task.noise.overlay) if task.noise is not None else None
+    if side != "decoy":
+        raise ValueError(f"unknown side {side!r}: expected one of {SIDES}")
+    decoy = getattr(task, "decoy", None)
+    about = task.meta.get("decoy") if isinstance(getattr(task, "meta", None), dict) else None
+    if decoy is None or decoy.is_empty or not about:
+        return None
+    return str(about["subtype"]), decoy
+
+
+def task_rows(session: OverlaySession, task: Task, rng: np.random.Generator, side: str = "noise"
               ) -> tuple[list[list[float]], list[int], list[Any]]:
-    """Features and labels of the touched rows of one noisy task and of base rows beside them, and the patient of
-    each row (None: the table has no patient column)."""
+    """Features and labels of the rows one task's noise (or, ``side="decoy"``, its clean twin's decoy) touched and of
+    base rows beside them, and the patient of each row (None: the table has no patient column)."""
     template = _templates().get(task.template_id)
-    if template is None or task.noise is None or task.noise.overlay.is_empty:
+    judged = judged_overlay(task, side)
+    if template is None or judged is None or judged[1].is_empty:
         return [], [], []
+    subtype, overlay = judged
     ev = template.evidence
     feats: list[list[float]] = []
     labels: list[int] = []
     owners: list[Any] = []
-    session.apply(task.noise.overlay)
-    for table, edit in task.noise.overlay.merged().items():
+    session.apply(overlay)
+    for table, edit in overlay.merged().items():
         if not edit.insert_rows:
             continue
         spec = table_spec(table)
@@ -141,7 +163,7 @@ def task_rows(session: OverlaySession, task: Task, rng: np.random.Generator
         if not touched:
             continue
         originals: list[int] | None = None
-        if get_injector(task.noise.subtype).artifact_reference == "originals":
+        if get_injector(subtype).artifact_reference == "originals":
             contents = {i: content(rows[i]) for i in touched}
             copies, originals = _copies(sorted(touched), contents.__getitem__,
                                         [content_of(r) for r in edit.insert_rows])
@@ -370,27 +392,31 @@ def _task_rng(seed: int, task: Task) -> np.random.Generator:
     return np.random.default_rng([seed, int(hashlib.sha256(task.task_id.encode()).hexdigest()[:12], 16)])
 
 
-def collect(db: str | Path, tasks: list[Task], seed: int = 0, per_subtype: int = 80, workers: int = 1
-            ) -> dict[str, RowSet]:
-    """Row features of up to ``per_subtype`` noisy tasks per subtype whose overlay inserts rows.
+def collect(db: str | Path, tasks: list[Task], seed: int = 0, per_subtype: int = 80, workers: int = 1,
+            side: str = "noise") -> dict[str, RowSet]:
+    """Row features of up to ``per_subtype`` tasks per subtype whose noise (``side="decoy"``: whose clean twin's
+    decoy) inserts rows.
 
     ``workers`` > 1 judges the tasks in that many worker processes (``python -m ehrgym.bench.worker``, as the
     build's); each task draws from its own stream, so the rows do not depend on it."""
+    if side not in SIDES:
+        raise ValueError(f"unknown side {side!r}: expected one of {SIDES}")
     by_sub: dict[str, list[Task]] = defaultdict(list)
     for t in sorted(tasks, key=lambda t: t.task_id):
-        if t.variant == "noise" and t.noise is not None and any(e.insert_rows for e in t.noise.overlay.edits):
-            by_sub[t.noise.subtype].append(t)
+        judged = judged_overlay(t, side) if t.variant == TWIN_OF_SIDE[side] else None
+        if judged is not None and any(e.insert_rows for e in judged[1].edits):
+            by_sub[judged[0]].append(t)
     items = [(sub, i, t) for sub, group in sorted(by_sub.items()) for i, t in enumerate(group[:per_subtype])]
     parts = max(1, min(workers, len(items)))
     if parts > 1:
         from ehrgym.bench.builder import run_worker_processes
 
         got: dict[tuple[str, int], TaskRows] = {}
-        for part in run_worker_processes([{"call": _collect_tasks, "args": (str(db), items[k::parts], seed)}
+        for part in run_worker_processes([{"call": _collect_tasks, "args": (str(db), items[k::parts], seed, side)}
                                           for k in range(parts)]):  # interleaved: subtypes differ in cost
             got.update(part)
     else:
-        got = _collect_tasks(str(db), items, seed)
+        got = _collect_tasks(str(db), items, seed, side)
     out: dict[str, RowSet] = {}
     for sub in sorted(by_sub):
         feats, labels, owner, where = [], [], [], []
@@ -406,28 +432,87 @@ def collect(db: str | Path, tasks: list[Task], seed: int = 0, per_subtype: int =
     return out
 
 
+ROLE_FEATURES = ("id_rank", "position_rank")
+"""Where a row stands among its item's rows: beside base rows a storage artifact (ids above the table's maximum), but
+between noise and decoy rows mostly the row's role — noise touches the row that decides the answer (the latest, the
+largest), a decoy one that does not, and telling those apart is the skill the benchmark asks for, not a leak. Rows
+stored out of place still show in ``id_minus_position``."""
+
+
+def noise_against_decoys(noise: RowSet, decoys: RowSet) -> RowSet:
+    """The rows noise touched (label 1) beside the rows decoys touched (label 0), base rows left out, with the
+    :data:`ROLE_FEATURES` blanked: can storage tell the anomaly that changes the answer from the one that does not?"""
+    n, d = noise.labels == 1, decoys.labels == 1
+    tables = None
+    if noise.table is not None and decoys.table is not None:
+        tables = np.concatenate([noise.table[n], decoys.table[d]])
+    features = np.concatenate([noise.features[n], decoys.features[d]])
+    features[:, [FEATURES.index(f) for f in ROLE_FEATURES]] = 0.0
+    return RowSet(features,
+                  np.concatenate([np.ones(int(n.sum()), dtype=int), np.zeros(int(d.sum()), dtype=int)]),
+                  np.concatenate([noise.task[n], decoys.task[d]]), tables)
+
+
 TaskRows = tuple[list[list[float]], list[int], list[int], str]
 
 
-def _collect_tasks(db: str, items: list[tuple[str, int, Task]], seed: int) -> dict[tuple[str, int], TaskRows]:
+def _collect_tasks(db: str, items: list[tuple[str, int, Task]], seed: int, side: str = "noise"
+                   ) -> dict[tuple[str, int], TaskRows]:
     """Features, labels, fold keys and evidence table of the rows of each ``(subtype, index, task)``."""
     con, session = overlay_connection(db)  # one thread: scan order as one reader sees it
     out: dict[tuple[str, int], TaskRows] = {}
     try:
         for sub, i, task in items:
-            f, lab, who = task_rows(session, task, _task_rng(seed, task))
+            f, lab, who = task_rows(session, task, _task_rng(seed, task), side)
             out[(sub, i)] = (f, lab, [_fold_key(task, w) for w in who], _templates()[task.template_id].evidence.table)
     finally:
         con.close()
     return out
 
 
-def artifact_report(db: str | Path, tasks: list[Task], seed: int = 0, per_subtype: int = 80, workers: int = 1
-                    ) -> dict[str, Any]:
-    """``{subtype: {balanced_accuracy, entities, touched_rows, base_rows}}`` and the bar."""
-    report: dict[str, Any] = {}
-    for sub, rows in collect(db, tasks, seed, per_subtype, workers).items():
-        report[sub] = {"balanced_accuracy": round(held_out_accuracy(rows), 3),
-                       "entities": int(len(set(rows.task.tolist()))),
-                       "touched_rows": int(rows.labels.sum()), "base_rows": int((rows.labels == 0).sum())}
-    return {"bar": BAR, "features": list(FEATURES), "tasks_per_subtype": per_subtype, "by_subtype": report}
+def _summary(rows: RowSet, judge: bool = True) -> dict[str, Any]:
+    return {"balanced_accuracy": round(held_out_accuracy(rows), 3) if judge else None,
+            "entities": int(len(set(rows.task.tolist()))),
+            "touched_rows": int(rows.labels.sum()), "base_rows": int((rows.labels == 0).sum())}
+
+
+MIN_JUDGED_ROWS = 20
+"""Rows a side needs before its accuracy is reported (fewer: the count is reported, the accuracy is not — a tree on
+a dozen rows swings by ±0.2)."""
+
+
+def artifact_report(db: str | Path, tasks: list[Task], seed: int = 0, per_subtype: int = 80, workers: int = 1,
+                    decoys: bool = True) -> dict[str, Any]:
+    """``{subtype: {balanced_accuracy, entities, touched_rows, base_rows}}`` for noise rows against base rows and, with
+    ``decoys``, for decoy rows against base rows (``decoys_by_subtype``) and noise rows against decoy rows
+    (``noise_vs_decoy``, where ``base_rows`` counts the decoy rows), and the bar."""
+    noise = collect(db, tasks, seed, per_subtype, workers)
+    report: dict[str, Any] = {"bar": BAR, "features": list(FEATURES), "tasks_per_subtype": per_subtype,
+                              "by_subtype": {sub: _summary(rows) for sub, rows in noise.items()}}
+    if not decoys:
+        return report
+    # the noise and the decoy of the same pairs (same template, patient and evidence table): what differs between
+    # the two sides is then only which row was touched and how it is stored
+    pairs = decoyed_pairs(tasks, per_subtype)
+    twins = [t for t in tasks if t.pair_id in pairs]
+    decoy_rows = collect(db, twins, seed, len(twins), workers, side="decoy")
+    paired_noise = collect(db, twins, seed, len(twins), workers)
+    report["decoys_by_subtype"] = {sub: _judged(rows) for sub, rows in decoy_rows.items()}
+    report["noise_vs_decoy"] = {sub: _judged(noise_against_decoys(paired_noise[sub], rows))
+                                for sub, rows in decoy_rows.items() if sub in paired_noise}
+    return report
+
+
+def decoyed_pairs(tasks: list[Task], per_subtype: int) -> set[str]:
+    """Up to ``per_subtype`` pairs per subtype whose clean twin's decoy inserts rows (in pair-id order)."""
+    by_sub: dict[str, list[str]] = defaultdict(list)
+    for t in sorted(tasks, key=lambda t: t.pair_id):
+        judged = judged_overlay(t, "decoy") if t.variant == "clean" else None
+        if judged is not None and any(e.insert_rows for e in judged[1].edits):
+            by_sub[judged[0]].append(t.pair_id)
+    return {p for group in by_sub.values() for p in group[:per_subtype]}
+
+
+def _judged(rows: RowSet) -> dict[str, Any]:
+    """:func:`_summary`, with the accuracy left out (None) when either class has fewer than MIN_JUDGED_ROWS rows."""
+    return _summary(rows, judge=min(int(rows.labels.sum()), int((rows.labels == 0).sum())) >= MIN_JUDGED_ROWS)

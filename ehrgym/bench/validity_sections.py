@@ -23,12 +23,26 @@ def artifact_classifier(ctx: ValidityContext) -> dict[str, Any]:
         return {"skipped": "no database given"}
     report = artifact_report(ctx.db, ctx.tasks, ctx.seed, per_subtype=CARD_TASKS_PER_SUBTYPE, workers=ctx.workers)
     md = [f"Held-out balanced accuracy of a depth-3 tree on storage features ({', '.join(report['features'])}); "
-          f"chance 0.5, bar {BAR}.", "", "| subtype | balanced accuracy | entities | touched rows | base rows |",
-          "|---|---|---|---|---|"]
-    for sub, r in report["by_subtype"].items():
-        flag = "" if r["balanced_accuracy"] <= BAR else " ⚠"
-        md.append(f"| {sub} | {r['balanced_accuracy']}{flag} | {r['entities']} | {r['touched_rows']} | {r['base_rows']} |")
+          f"chance 0.5, bar {BAR}.", "", "Noise rows against base rows of the same table and item:", ""]
+    md += _artifact_table(report["by_subtype"], "base rows")
+    if report.get("decoys_by_subtype"):
+        md += ["", "Clean twins' decoy rows (one harmless anomaly of the pair's own subtype) against base rows:", ""]
+        md += _artifact_table(report["decoys_by_subtype"], "base rows")
+        md += ["", "Noise rows against decoy rows of the same pairs (can storage tell the anomaly that changes the "
+               "answer from the one that does not?):", ""]
+        md += _artifact_table(report["noise_vs_decoy"], "decoy rows")
     return {**report, "markdown": md}
+
+
+def _artifact_table(by_subtype: dict[str, dict[str, Any]], against: str) -> list[str]:
+    from ehrgym.bench.artifacts import BAR
+
+    md = [f"| subtype | balanced accuracy | entities | touched rows | {against} |", "|---|---|---|---|---|"]
+    for sub, r in by_subtype.items():
+        acc = r["balanced_accuracy"]
+        shown = "too few rows" if acc is None else f"{acc}{'' if acc <= BAR else ' ⚠'}"
+        md.append(f"| {sub} | {shown} | {r['entities']} | {r['touched_rows']} | {r['base_rows']} |")
+    return md
 
 
 @validity_section("trap_margins")

@@ -95,8 +95,13 @@ def implausible(value: float, bounds: tuple[float, float], low: bool = False,
                     return cand
     elif lo > 0 and v > 0:
         for k in range(1, 7):
-            cand = round(v / 10 ** k, d + k)
-            if 0 < cand < lo / 2 and ok(cand):
+            # the slipped value keeps the row's precision (0.6 → 0.06 would carry a decimal no value of the item
+            # has, and its text "0.1" would disagree with it: the artifact tree told such rows from the base's at
+            # 0.62 on lab minima); where it rounds to nothing, a sign slip follows
+            cand = round(v / 10 ** k, d)
+            if cand <= 0:
+                break
+            if cand < lo / 2 and ok(cand):
                 return cand
     if v > 0 and lo >= 0:
         return -v  # a sign slip: values of these items are never negative
