@@ -239,6 +239,41 @@ def test_temporal_windows_lie_next_to_the_record_and_presuppose_an_event(built, 
     assert any(counts(t) and t.time_window for t in all_templates())
 
 
+WRONG_YEAR_DRAFTS = 40  # candidates drafted per cohort-year template (the build's own pairs are ~100 here: too few)
+
+
+def test_wrong_years_are_years_clean_questions_ask_about(synth_db):
+    # a year a policy has seen only in wrong-year twins names the noisy twin without reading any data: the years a
+    # pair names, looked up over the other pairs, must stay near chance (0.64 on this hospital before wrong years were
+    # restricted to years clean questions of the template ask about; 0.56 after)
+    import types
+
+    from ehrgym.bench.builder import Builder
+    from ehrgym.bench.configs import get_config
+    from ehrgym.bench.validity.text import window_lookup
+
+    inj = INJECTORS["temporal_mismatch"]
+    temps = [t for t in all_templates() if inj.applies(t) and t.time_window is not None and t.time_window.year]
+    b = Builder(synth_db, get_config("small"), seed=5, progress=False, templates=temps)
+    twins = []
+    try:
+        for t in temps:
+            b._draw(t, WRONG_YEAR_DRAFTS)
+            for c in b.candidates.get(t.id, [])[:WRONG_YEAR_DRAFTS]:
+                d = b.attempt(t, "temporal_mismatch", c)
+                if d is None:
+                    continue
+                pair = f"{t.id}:{c.index}"
+                twins.append(types.SimpleNamespace(pair_id=pair, variant="clean", noise=None, question=d.clean["question"]))
+                twins.append(types.SimpleNamespace(pair_id=pair, variant="noise", noise=d.noise["noise"],
+                                                   question=d.noise["question"]))
+    finally:
+        b.close()
+    got = window_lookup(twins)
+    assert got["pairs"] >= 300, got
+    assert got["accuracy"] <= 0.60, got
+
+
 def _typed(v):
     if isinstance(v, str) and re.fullmatch(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d(:\d\d)?", v):
         return dt.datetime.fromisoformat(v)

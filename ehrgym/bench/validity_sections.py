@@ -78,7 +78,7 @@ def text_classifier(ctx: ValidityContext) -> dict[str, Any]:
         if isinstance(r, dict) and "accuracy" in r:
             ci = "–".join(str(v) for v in r.get("interval95", []))
             md.append(f"| {name} | {r.get('accuracy')} | {ci} | {r.get('majority', r.get('chance'))} | "
-                      f"{r.get('n_test', '')} |")
+                      f"{r.get('n_test', r.get('questions', ''))} |")
     return {**report, "markdown": md}
 
 

@@ -14,7 +14,10 @@ benchmark keeps every accuracy near its chance level:
   rate, the share of the test split's more frequent outcome); ``answer_vs_abstain_query`` the
   same on query-level pairs only (lexical variation is answered, the other four abstained on).
 
-``text_validity(tasks)`` returns all four with their test sizes and, for the two clean/noisy
+``window_lookup``: the years a temporal-mismatch pair names, looked up over the other pairs (chance 0.5; see
+:func:`window_lookup`).
+
+``text_validity(tasks)`` returns all five with their test sizes and, for the two clean/noisy
 probes, the accuracy on each subtype's pairs, and each accuracy's Wilson 95 % interval (``interval95``: with
 ~500 query-level test questions it is ±0.04 wide, so builds that differ in a few questions move the
 accuracy by ±0.02). Deterministic: same tasks, same numbers.
@@ -227,6 +230,40 @@ def _answer_vs_abstain(tasks: list[Task], keep: Callable[[str], bool]) -> dict[s
     return out
 
 
+YEAR = re.compile(r"(?<![0-9])(2[0-9]{3})(?![0-9])")
+
+
+def window_lookup(tasks: Iterable[Any]) -> dict[str, Any]:
+    """Can the years a temporal-mismatch pair's questions name tell its twins apart, without reading anything else?
+
+    Each year is counted over the other pairs' twins (noisy +1, clean −1; leave-one-pair-out, so a policy that has
+    seen every other pair of the benchmark); a twin is called noisy when its years sum above 0, clean below, a coin
+    at 0. Chance 0.5: wrong years must be the years clean questions ask about, not the quiet years a cohort happens to
+    be empty in (what a policy trained on the benchmark would otherwise learn by heart)."""
+    years: dict[str, dict[str, set[str]]] = defaultdict(dict)
+    for t in tasks:
+        if t.variant == "clean" or (t.noise is not None and t.noise.subtype == "temporal_mismatch"):
+            years[t.pair_id][t.variant] = set(YEAR.findall(t.question))
+    pairs = {p: v for p, v in years.items() if set(v) == {"clean", "noise"}}
+    votes: Counter = Counter()
+    for v in pairs.values():
+        votes.update({y: 1 for y in v["noise"]})
+        votes.subtract({y: 1 for y in v["clean"]})
+    hits = 0.0
+    for v in pairs.values():
+        own = Counter({y: 1 for y in v["noise"]})
+        own.subtract({y: 1 for y in v["clean"]})
+        for variant, ys in v.items():
+            score = sum(votes[y] - own[y] for y in ys)
+            hits += 0.5 if score == 0 else float((score > 0) == (variant == "noise"))
+    n = 2 * len(pairs)
+    out: dict[str, Any] = {"pairs": len(pairs), "questions": n, "chance": 0.5,
+                           "accuracy": round(hits / n, 4) if n else None}
+    if n:
+        out["interval95"] = interval95(int(round(hits)), n)
+    return out
+
+
 def _every(subtype: str) -> bool:
     return True
 
@@ -303,4 +340,4 @@ def text_validity(tasks: Iterable[Task], workers: int = 1) -> dict[str, Any]:
             done.update(part)
     else:
         done = _run_probes(list(PROBES), slim)
-    return {name: done[name] for name in REPORT_ORDER}
+    return {**{name: done[name] for name in REPORT_ORDER}, "window_lookup": window_lookup(slim)}
