@@ -242,10 +242,13 @@ def test_temporal_windows_lie_next_to_the_record_and_presuppose_an_event(built, 
 WRONG_YEAR_DRAFTS = 40  # candidates drafted per cohort-year template (the build's own pairs are ~100 here: too few)
 
 
+@pytest.mark.xfail(strict=True, reason="known leak, issue 10: a wrong year must be empty for its cohort, so wrong years "
+                   "are the quiet ones; measured 0.638 here. Restricting them to years clean questions ask about read "
+                   "0.559 but left cohorts keyed by the year alone (ICU top diagnosis, share on a drip) without any "
+                   "temporal twin, and falling back to the other years read 0.614-0.665: withdrawn")
 def test_wrong_years_are_years_clean_questions_ask_about(synth_db):
     # a year a policy has seen only in wrong-year twins names the noisy twin without reading any data: the years a
-    # pair names, looked up over the other pairs, must stay near chance (0.64 on this hospital before wrong years were
-    # restricted to years clean questions of the template ask about; 0.56 after)
+    # pair names, looked up over the other pairs, must stay near chance
     import types
 
     from ehrgym.bench.builder import Builder

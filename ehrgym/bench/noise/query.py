@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections import Counter, defaultdict
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -114,41 +114,19 @@ def value_frequency(ctx: InjectContext, param: str) -> Counter:
     return _cached(ctx, ("frequency", param), compute)
 
 
-def _sampler_rows(ctx: InjectContext) -> tuple[list[str], list[tuple[Any, ...]]]:
-    """The template's sampler rows (column names, rows), cached."""
+def sampled_values(ctx: InjectContext, param: str) -> set[Any]:
+    """Values of ``param`` that candidate entities agreeing with this one on every other sampled
+    parameter take (e.g. the years in which this cohort has data), from the cached sampler rows."""
     def compute() -> tuple[list[str], list[tuple[Any, ...]]]:
         cur = ctx.con.execute(ctx.template.sampler_sql)
         return [d[0] for d in cur.description], cur.fetchall()
 
-    return _cached(ctx, ("rows",), compute)
-
-
-def sampled_values(ctx: InjectContext, param: str) -> set[Any]:
-    """Values of ``param`` that candidate entities agreeing with this one on every other sampled
-    parameter take (e.g. the years in which this cohort has data), from the cached sampler rows."""
-    names, rows = _sampler_rows(ctx)
+    names, rows = _cached(ctx, ("rows",), compute)
     if param not in names:
         return set()
     others = [(i, ctx.params[n]) for i, n in enumerate(names) if n != param and n in ctx.params]
     at = names.index(param)
     return {r[at] for r in rows if all(r[i] == v for i, v in others)}
-
-
-def empty_share(ctx: InjectContext, param: str) -> tuple[int, Counter]:
-    """How many entities the other sampled parameters name (e.g. cohorts), and in how many of them each value of
-    ``param`` occurs (e.g. the year): a year is free for a wrong-year twin in the entities it does not occur in."""
-    def compute() -> tuple[int, Counter]:
-        names, rows = _sampler_rows(ctx)
-        if param not in names:
-            return 0, Counter()
-        at = names.index(param)
-        keys = [i for i, n in enumerate(names) if n != param and n in ctx.params]
-        groups: dict[tuple[Any, ...], set[Any]] = defaultdict(set)
-        for r in rows:
-            groups[tuple(r[i] for i in keys)].add(r[at])
-        return len(groups), Counter(v for g in groups.values() for v in g if v is not None)
-
-    return _cached(ctx, ("groups", param), compute)
 
 
 def _icd_codes(ctx: InjectContext, titles: list[str]) -> dict[str, str]:
@@ -229,7 +207,6 @@ AFTER_DAYS: tuple[int, ...] = (30, 90, 180, 14, 365, 60)
 MAX_TRIES = 10  # candidate windows checked against the gold SQL
 YEAR_TRIES = 4  # candidate years (already filtered by the sampler) checked against the gold SQL
 YEAR_SPAN = 15  # a wrong year lies at most this far from the clean question's year
-MIN_EMPTY_SHARE = 0.05  # a year empty for fewer cohorts is weighted as if empty for this share (bounded weights)
 
 
 @register_injector
@@ -269,19 +246,14 @@ class TemporalMismatch(Injector):
         params = dict(ctx.params)
         if tw.year:
             old = int(ctx.params[tw.year])
-            # years in which the sampler finds this cohort are not tried (they hold data), nor years no clean question
-            # of the template asks about (on the 200-patient hospital a year lookup trained on the other pairs named
-            # the noisy twin at 0.64 — 2197: 0 clean questions, 19 wrong-year twins; with these years left out, 0.56)
-            freq = value_frequency(ctx, tw.year)
+            # years in which the sampler finds this cohort are not tried (they hold data)
             known = {int(y) for y in sampled_values(ctx, tw.year) if y is not None}
             inside = [y for y in range(max(first.year, old - YEAR_SPAN), min(last.year, old + YEAR_SPAN) + 1)
-                      if y != old and y not in known and freq.get(y, 0) > 0]
-            # drawn in proportion to how often clean questions ask about a year, divided by the share of cohorts it is
-            # empty for: a busy year is empty for few cohorts, and weighted by its frequency alone it would still be
-            # asked about less often by wrong-year twins than by clean questions
-            cohorts, holding = empty_share(ctx, tw.year)
-            weight = np.array([freq[y] / max(1.0 - holding.get(y, 0) / max(cohorts, 1), MIN_EMPTY_SHARE)
-                               for y in inside], dtype=float)
+                      if y != old and y not in known]
+            # years that clean questions of the template ask about (for other cohorts) first, drawn in
+            # proportion to how often they do: an empty year is then not a rare year
+            freq = value_frequency(ctx, tw.year)
+            weight = np.array([freq.get(y, 0) + 0.01 for y in inside], dtype=float)
             keys = ctx.rng.random(len(inside)) ** (1.0 / weight) if inside else np.array([])
             # (no fallback to the years just outside the database: no clean question asks about them,
             # so such a year alone gave the twin away — measured on a `paper` build, 61 of 456 twins)
