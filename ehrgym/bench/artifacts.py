@@ -80,11 +80,11 @@ SIDES = ("noise", "decoy")
 """Whose rows are judged: a noisy twin's noise, or a clean twin's decoy (:mod:`ehrgym.bench.decoys`), which is written
 by the same injector and must be stored as the noise is — else storage would tell a harmless anomaly from one that
 changes the answer."""
-TWIN_OF_SIDE = {"noise": "noise", "decoy": "clean"}
 
 
 def judged_overlay(task: Task, side: str = "noise") -> tuple[str, Overlay] | None:
-    """The subtype and overlay whose rows are judged on ``side`` of ``task`` (None: it has none there)."""
+    """The subtype and overlay whose rows are judged on ``side`` of ``task`` (None: it has none there — a clean twin
+    carries no noise, a noisy twin no decoy)."""
     if side == "noise":
         return (task.noise.subtype, task.noise.overlay) if task.noise is not None else None
     if side != "decoy":
@@ -399,11 +399,9 @@ def collect(db: str | Path, tasks: list[Task], seed: int = 0, per_subtype: int =
 
     ``workers`` > 1 judges the tasks in that many worker processes (``python -m ehrgym.bench.worker``, as the
     build's); each task draws from its own stream, so the rows do not depend on it."""
-    if side not in SIDES:
-        raise ValueError(f"unknown side {side!r}: expected one of {SIDES}")
     by_sub: dict[str, list[Task]] = defaultdict(list)
     for t in sorted(tasks, key=lambda t: t.task_id):
-        judged = judged_overlay(t, side) if t.variant == TWIN_OF_SIDE[side] else None
+        judged = judged_overlay(t, side)
         if judged is not None and any(e.insert_rows for e in judged[1].edits):
             by_sub[judged[0]].append(t)
     items = [(sub, i, t) for sub, group in sorted(by_sub.items()) for i, t in enumerate(group[:per_subtype])]
@@ -507,7 +505,7 @@ def decoyed_pairs(tasks: list[Task], per_subtype: int) -> set[str]:
     """Up to ``per_subtype`` pairs per subtype whose clean twin's decoy inserts rows (in pair-id order)."""
     by_sub: dict[str, list[str]] = defaultdict(list)
     for t in sorted(tasks, key=lambda t: t.pair_id):
-        judged = judged_overlay(t, "decoy") if t.variant == "clean" else None
+        judged = judged_overlay(t, "decoy")
         if judged is not None and any(e.insert_rows for e in judged[1].edits):
             by_sub[judged[0]].append(t.pair_id)
     return {p for group in by_sub.values() for p in group[:per_subtype]}
