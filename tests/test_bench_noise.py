@@ -299,3 +299,13 @@ def test_out_of_scope_phrases_carry_no_hyphen_a_clean_question_lacks():
         places = tuple(p for p in LINKED_PLACES.get(kind, ()) if "-" not in p)
         for phrase in linked_phrases(kind, "X", True, places):
             assert "-" not in phrase, (kind, phrase)
+
+
+def test_without_having_drops_only_the_outer_size_bound():
+    from ehrgym.bench.noise.query import without_having
+
+    sql = ("SELECT y, c FROM (SELECT y, c, count(*) AS n FROM t GROUP BY ALL HAVING count(*) > 0) "
+           "GROUP BY ALL HAVING count(*) BETWEEN 2 AND 300")
+    out = without_having(sql)
+    assert "BETWEEN" not in out and "HAVING COUNT(*) > 0" in out.upper()
+    assert without_having("SELECT 1 AS y") == "SELECT 1 AS y"

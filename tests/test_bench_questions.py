@@ -239,16 +239,12 @@ def test_temporal_windows_lie_next_to_the_record_and_presuppose_an_event(built, 
     assert any(counts(t) and t.time_window for t in all_templates())
 
 
-WRONG_YEAR_DRAFTS = 40  # candidates drafted per cohort-year template (the build's own pairs are ~100 here: too few)
+WRONG_YEAR_DRAFTS = 100  # candidates drafted per cohort-year template (the build's own pairs are ~100 here: too few)
 
 
-@pytest.mark.xfail(strict=True, reason="known leak, issue 10: a wrong year must be empty for its cohort, so wrong years "
-                   "are the quiet ones; measured 0.638 here. Restricting them to years clean questions ask about read "
-                   "0.559 but left cohorts keyed by the year alone (ICU top diagnosis, share on a drip) without any "
-                   "temporal twin, and falling back to the other years read 0.614-0.665: withdrawn")
-def test_wrong_years_are_years_clean_questions_ask_about(synth_db):
+def test_a_wrong_year_does_not_name_its_twin(synth_db):
     # a year a policy has seen only in wrong-year twins names the noisy twin without reading any data: the years a
-    # pair names, looked up over the other pairs, must stay near chance
+    # pair names, looked up over the other pairs, must stay near chance (every year as often wrong as asked about)
     import types
 
     from ehrgym.bench.builder import Builder
@@ -274,7 +270,7 @@ def test_wrong_years_are_years_clean_questions_ask_about(synth_db):
         b.close()
     got = window_lookup(twins)
     assert got["pairs"] >= 300, got
-    assert got["accuracy"] <= 0.60, got
+    assert got["accuracy"] <= 0.57, got  # 0.52 when written (0.638 before wrong years were balanced)
 
 
 def _typed(v):

@@ -252,7 +252,7 @@ class Builder:
                 self.stats.warnings.append(f"{t.id} × {subtype}: injector failed: {exc}")
                 inj = None
             if inj is None:
-                self.stats.discard(subtype, "not_injectable")
+                self.stats.discard(subtype, ctx.refused or "not_injectable")
                 return None
             noisy_params = inj.params or c.params
             naive_sql = render_sql(t.gold_sql, noisy_params, plain_relation(t))

@@ -62,6 +62,7 @@ class InjectContext:
     paraphrase: int = 0  # index of the paraphrase both twins are written in
     shown: dict[str, str] = field(default_factory=dict)  # parameter -> the alias the clean question shows
     places: tuple[str, ...] = ()  # places outside the record the question's context names (bench.context)
+    refused: str = ""  # why an injector that returned None declined (a build-report discard reason)
 
     @property
     def evidence(self):

@@ -8,9 +8,13 @@ the same template, with only the wrong part changed, and that part chosen like a
   drug class, Gram stain, ICD chapter) and weighted by how often it occurs in clean questions of
   the template (:mod:`ehrgym.bench.noise.similar`);
 * ``temporal_mismatch``: a window inside the database's years and next to the entity's real
-  record (days before the admission, months after the discharge, the nearest year without the
+  record (days before the admission, months after the discharge, a nearby year without the
   cohort), written like a clean window; only where the question presupposes an event, i.e. the
-  gold SQL on that window has no answer (a count of zero is an answer, not a false premise);
+  gold SQL on that window has no answer (a count of zero is an answer, not a false premise).
+  A wrong year is accepted only as often as the same year would be a clean question's year with
+  the twin's year as its wrong one (:func:`wrong_year_flows`): every year is then as often wrong
+  as asked about, so a year learnt from other pairs names no twin. A cohort with data in every
+  year clean questions name (every ICU stay of a year) gets no wrong year at all;
 * ``lexical_variation``: an abbreviation, brand name or typo clinicians use for the name
   (:mod:`ehrgym.bench.noise.lexicon`), never a typo of a database code;
 * ``out_of_scope``: the clean question about the same entity and topic, asking for something
@@ -21,10 +25,11 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections import Counter
+from collections import Counter, defaultdict
 from typing import Any
 
 import numpy as np
+import sqlglot
 
 from ehrgym.bench.answers import gold_from_rows
 from ehrgym.bench.noise.base import InjectContext, Injection, Injector, register_injector
@@ -114,19 +119,78 @@ def value_frequency(ctx: InjectContext, param: str) -> Counter:
     return _cached(ctx, ("frequency", param), compute)
 
 
-def sampled_values(ctx: InjectContext, param: str) -> set[Any]:
-    """Values of ``param`` that candidate entities agreeing with this one on every other sampled
-    parameter take (e.g. the years in which this cohort has data), from the cached sampler rows."""
-    def compute() -> tuple[list[str], list[tuple[Any, ...]]]:
-        cur = ctx.con.execute(ctx.template.sampler_sql)
-        return [d[0] for d in cur.description], cur.fetchall()
+def _cohort_key(ctx: InjectContext, param: str, names: list[str] | None = None,
+                row: tuple[Any, ...] | None = None) -> tuple[Any, ...]:
+    """The cohort a candidate belongs to: its sampled parameters other than ``param`` (from ``ctx.params``, or from
+    a sampler ``row`` with column ``names``)."""
+    if row is not None and names is not None:
+        return tuple(v for n, v in zip(names, row) if n != param and n in ctx.params)
+    names = _cached(ctx, ("rows",), lambda: _sampler_rows(ctx))[0]
+    return tuple(ctx.params[n] for n in names if n != param and n in ctx.params)
 
-    names, rows = _cached(ctx, ("rows",), compute)
-    if param not in names:
-        return set()
-    others = [(i, ctx.params[n]) for i, n in enumerate(names) if n != param and n in ctx.params]
-    at = names.index(param)
-    return {r[at] for r in rows if all(r[i] == v for i, v in others)}
+
+def _sampler_rows(ctx: InjectContext) -> tuple[list[str], list[tuple[Any, ...]]]:
+    cur = ctx.con.execute(ctx.template.sampler_sql)
+    return [d[0] for d in cur.description], cur.fetchall()
+
+
+def without_having(sql: str) -> str:
+    """``sql`` without its outermost HAVING clause: every cohort with any data, not only those of a sampler's size."""
+    tree = sqlglot.parse_one(sql, read="duckdb")
+    having = tree.args.get("having")
+    if having is None:
+        return sql
+    having.pop()
+    return tree.sql(dialect="duckdb")
+
+
+def cohort_years(ctx: InjectContext, param: str, *, any_data: bool = False) -> dict[tuple[Any, ...], frozenset[int]]:
+    """For each cohort of the template's candidates, the years (values of ``param``) it is a candidate in, or with
+    ``any_data`` the years it has any data in (the sampler without its size bounds: a cohort of one admission in a
+    year is no candidate there, yet a question about that year has an answer) (cached)."""
+    def compute() -> dict[tuple[Any, ...], frozenset[int]]:
+        if any_data:
+            cur = ctx.con.execute(without_having(ctx.template.sampler_sql))
+            names, rows = [d[0] for d in cur.description], cur.fetchall()
+        else:
+            names, rows = _cached(ctx, ("rows",), lambda: _sampler_rows(ctx))
+        at = names.index(param)
+        out: dict[tuple[Any, ...], set[int]] = {}
+        for r in rows:
+            if r[at] is not None:
+                out.setdefault(_cohort_key(ctx, param, names, r), set()).add(int(r[at]))
+        return {k: frozenset(v) for k, v in out.items()}
+
+    return _cached(ctx, ("cohort_years", param, str(any_data)), compute)
+
+
+def wrong_year_proposals(ctx: InjectContext, param: str, cohort: tuple[Any, ...], year: int, lo: int,
+                         hi: int) -> tuple[list[int], np.ndarray]:
+    """The wrong years a candidate of ``cohort`` asking about ``year`` may get (within ``YEAR_SPAN``, inside
+    ``lo``..``hi``, no data of the cohort in them) and the probability of proposing each: in proportion to how many
+    candidates ask about that year (+1), so that most proposals are years clean questions name too."""
+    known = cohort_years(ctx, param, any_data=True).get(cohort, frozenset())
+    asked = _cached(ctx, ("asked_years", param), lambda: Counter(
+        y for years in cohort_years(ctx, param).values() for y in years))
+    near = [y for y in range(max(lo, year - YEAR_SPAN), min(hi, year + YEAR_SPAN) + 1) if y != year and y not in known]
+    weight = np.array([asked.get(y, 0) + 1.0 for y in near])
+    return near, weight / weight.sum() if near else weight
+
+
+def wrong_year_flows(ctx: InjectContext, param: str, lo: int, hi: int) -> dict[tuple[int, int], float]:
+    """``(a, b)`` -> how often a candidate asking about year ``a`` is proposed ``b`` as its wrong year
+    (:func:`wrong_year_proposals`), summed over the template's candidates (cached)."""
+    def compute() -> dict[tuple[int, int], float]:
+        flow: dict[tuple[int, int], float] = defaultdict(float)
+        # in a fixed order (a sampler's rows come in any order; float sums must not)
+        for cohort, asked in sorted(cohort_years(ctx, param).items(), key=repr):
+            for a in sorted(asked):
+                near, p = wrong_year_proposals(ctx, param, cohort, a, lo, hi)
+                for b, pb in zip(near, p):
+                    flow[(a, b)] += float(pb)
+        return dict(flow)
+
+    return _cached(ctx, ("year_flows", param, str(lo), str(hi)), compute)
 
 
 def _icd_codes(ctx: InjectContext, titles: list[str]) -> dict[str, str]:
@@ -205,7 +269,6 @@ def counts(template) -> bool:
 BEFORE_DAYS: tuple[int, ...] = (7, 3, 14, 10, 30, 5)
 AFTER_DAYS: tuple[int, ...] = (30, 90, 180, 14, 365, 60)
 MAX_TRIES = 10  # candidate windows checked against the gold SQL
-YEAR_TRIES = 4  # candidate years (already filtered by the sampler) checked against the gold SQL
 YEAR_SPAN = 15  # a wrong year lies at most this far from the clean question's year
 
 
@@ -246,25 +309,22 @@ class TemporalMismatch(Injector):
         params = dict(ctx.params)
         if tw.year:
             old = int(ctx.params[tw.year])
-            # years in which the sampler finds this cohort are not tried (they hold data)
-            known = {int(y) for y in sampled_values(ctx, tw.year) if y is not None}
-            inside = [y for y in range(max(first.year, old - YEAR_SPAN), min(last.year, old + YEAR_SPAN) + 1)
-                      if y != old and y not in known]
-            # years that clean questions of the template ask about (for other cohorts) first, drawn in
-            # proportion to how often they do: an empty year is then not a rare year
-            freq = value_frequency(ctx, tw.year)
-            weight = np.array([freq.get(y, 0) + 0.01 for y in inside], dtype=float)
-            keys = ctx.rng.random(len(inside)) ** (1.0 / weight) if inside else np.array([])
-            # (no fallback to the years just outside the database: no clean question asks about them,
-            # so such a year alone gave the twin away — measured on a `paper` build, 61 of 456 twins)
-            order = [y for _, y in sorted(zip(-keys, inside))]
-            for new_year in order[:YEAR_TRIES]:
-                params[tw.year] = new_year
-                if self._no_answer(ctx, params):
-                    edit = _edit("time_window", tw.year, old, new_year)
-                    desc = f"no such record in {new_year} (inside the database's years {first.year}-{last.year})"
-                    return Injection(self.spec(question_edit=edit, description=desc), "abstain", "false_premise",
-                                     params=params)
+            near, p = wrong_year_proposals(ctx, tw.year, _cohort_key(ctx, tw.year), old, first.year, last.year)
+            if not near:
+                return None
+            new_year = near[int(ctx.rng.choice(len(near), p=p))]
+            flow = wrong_year_flows(ctx, tw.year, first.year, last.year)
+            # accept a move old -> new as often as the move back new -> old would be drawn (Metropolis): each year is
+            # then as often a wrong year as a clean question's year, and a year names no twin
+            if ctx.rng.random() * flow.get((old, new_year), 0.0) >= flow.get((new_year, old), 0.0):
+                ctx.refused = "wrong_year_would_name_twin"
+                return None
+            params[tw.year] = new_year
+            if self._no_answer(ctx, params):
+                edit = _edit("time_window", tw.year, old, new_year)
+                desc = f"no such record in {new_year} (inside the database's years {first.year}-{last.year})"
+                return Injection(self.spec(question_edit=edit, description=desc), "abstain", "false_premise",
+                                 params=params)
             return None
         # a window without a year is a start/end window (TimeWindow sets one or the other)
         assert tw.start is not None and tw.end is not None
