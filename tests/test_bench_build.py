@@ -344,3 +344,95 @@ def test_card_records_the_database_state_probe(small, synth_db):
     assert recomputed["items"]["n_test"] > 0  # the per-item probe ran on the database
     assert {k: section[k] for k in recomputed} == json.loads(json.dumps(recomputed))
     assert section["clean_served_as_base"] == 0.0  # every pair has its background (ehrgym.bench.background)
+
+
+@pytest.mark.xfail(strict=True, reason="known leak, issue 10: a rewritten lab value keeps its row's abnormal flag (36 of "
+                   "94 conflicting, 161 of 272 out-of-window lab rows of the 1k build); flagging it from its own value "
+                   "and range made the extreme touched rows' flags a signal the artifact tree reads (1k card: "
+                   "conflicting records 0.58, their decoys 0.64): withdrawn")
+def test_overlay_rows_carry_the_flag_their_value_and_range_give(small):
+    # the base (and MIMIC-IV) flags a result abnormal exactly when it lies outside its own reference range; a row an
+    # overlay wrote with a new value but the old flag was the only such row, whatever its subtype
+    FLAG_COLUMNS = ("valuenum", "ref_range_lower", "ref_range_upper", "flag")
+
+    checked, wrong = 0, []
+    for t in load_benchmark(small.out).tasks:
+        for edit in t.overlay.edits:
+            for row in edit.insert_rows:
+                if not all(c in row for c in FLAG_COLUMNS) or None in (row["valuenum"], row["ref_range_lower"],
+                                                                       row["ref_range_upper"]):
+                    continue
+                checked += 1
+                outside = row["valuenum"] < row["ref_range_lower"] or row["valuenum"] > row["ref_range_upper"]
+                if outside != (row["flag"] == "abnormal"):
+                    wrong.append((t.task_id, row))
+    assert checked >= 100, checked
+    assert not wrong, wrong[:3]
+
+
+@pytest.mark.xfail(strict=True, reason="known leak, issue 10: a rewritten MIC lies between dilution steps or keeps the "
+                   "first reading's interpretation (61 of 77 conflicting susceptibility rows of the 1k build); snapping "
+                   "it to the base's steps concentrated contradicting readings on intermediate MICs, a text form the "
+                   "artifact tree read: withdrawn")
+def test_overlay_susceptibility_rows_are_steps_the_base_stores(small, synth_db):
+    # an MIC comes in dilution steps, each stored with its interpretation, comparison and text: a row an overlay wrote
+    # with a value in between (156 mg/L) or with the first reading's interpretation was in no base row
+    cols = ("ab_itemid", "dilution_value", "interpretation", "dilution_comparison", "dilution_text")
+    with open_database(synth_db) as con:
+        base = set(con.execute(f"SELECT DISTINCT {', '.join(cols)} FROM mimiciv_hosp.microbiologyevents "
+                               "WHERE dilution_value IS NOT NULL").fetchall())
+    tasks = load_benchmark(small.out).tasks
+    unreadable_on_purpose = {"implausible_value", "encoding_corruption"}
+    subtype = {t.pair_id: t.noise.subtype for t in tasks if t.noise is not None}
+    checked, wrong = 0, []
+    for t in tasks:
+        if subtype.get(t.pair_id) in unreadable_on_purpose:
+            continue
+        for edit in t.overlay.edits:
+            for row in edit.insert_rows:
+                if edit.table.endswith("microbiologyevents") and row.get("dilution_value") is not None:
+                    checked += 1
+                    if tuple(row[c] for c in cols) not in base:
+                        wrong.append((t.task_id, tuple(row[c] for c in cols)))
+    assert checked >= 50, checked
+    assert not wrong, wrong[:3]
+
+
+def test_overlay_infusion_rows_keep_amount_rate_and_original_amount_together(small, synth_db):
+    # a pump row holds amount ~ rate x minutes (x weight per kg), and the base keeps originalamount = amount: a row an
+    # overlay gave a new amount with the old rate and original amount was the only one of its kind
+    import datetime as dt
+
+    ratio_sql = ("amount / (rate * (epoch(endtime) - epoch(starttime)) / 60.0 * "
+                 "CASE WHEN rateuom LIKE '%/kg/%' THEN patientweight ELSE 1 END)")
+    with open_database(synth_db) as con:
+        ratio = dict(((i, ru, au), r) for i, ru, au, r in con.execute(
+            f"SELECT itemid, rateuom, amountuom, median({ratio_sql}) FROM mimiciv_icu.inputevents "
+            "WHERE rate > 0 AND endtime > starttime GROUP BY ALL").fetchall())
+        base_off = con.execute(
+            f"WITH r AS (SELECT itemid, rateuom, amountuom, {ratio_sql} AS x FROM mimiciv_icu.inputevents "
+            "WHERE rate > 0 AND endtime > starttime), m AS (SELECT itemid, rateuom, amountuom, median(x) AS med "
+            "FROM r GROUP BY ALL) SELECT avg(CASE WHEN abs(x / med - 1) > 0.01 THEN 1.0 ELSE 0.0 END) "
+            "FROM r JOIN m USING (itemid, rateuom, amountuom)").fetchone()[0]
+        assert con.execute("SELECT count(*) FROM mimiciv_icu.inputevents WHERE amount != originalamount").fetchone()[0] == 0
+
+    def stamp(v):
+        return dt.datetime.fromisoformat(str(v))
+
+    rated, off, wrong = 0, 0, []
+    for t in load_benchmark(small.out).tasks:
+        for edit in t.overlay.edits:
+            if not edit.table.endswith("inputevents"):
+                continue
+            for r in edit.insert_rows:
+                if r["amount"] != r["originalamount"]:
+                    wrong.append((t.task_id, r["amount"], r["originalamount"]))
+                key = (r["itemid"], r["rateuom"], r["amountuom"])
+                minutes = (stamp(r["endtime"]) - stamp(r["starttime"])).total_seconds() / 60
+                if r["rate"] and minutes > 0 and key in ratio:
+                    rated += 1
+                    per = r["patientweight"] if "/kg/" in (r["rateuom"] or "") else 1
+                    off += abs(r["amount"] / (r["rate"] * minutes * per) / ratio[key] - 1) > 0.01
+    assert rated >= 20, rated
+    assert not wrong, wrong[:3]
+    assert off / rated <= base_off + 0.1, (off, rated, base_off)  # as often off as base rows are (rounded amounts)

@@ -12,8 +12,9 @@ from ehrgym.bench.noise.base import ROWID, InjectContext, Injection, Injector, b
 from ehrgym.bench.noise.teaching import TeachingCard
 from ehrgym.bench.templates.base import Template
 from ehrgym.bench.noise.units import conversion_for
-from ehrgym.bench.noise.values import (MISSING_PLACEHOLDERS, decimals_of, derivable, finite, format_like,
-                                       implausible, number_forms, shift_times, typed_value, with_decimals)
+from ehrgym.bench.noise.values import (MISSING_PLACEHOLDERS, co_stored, decimals_of, derivable, finite,
+                                       format_like, implausible, number_forms, shift_times, typed_value,
+                                       with_decimals)
 from ehrgym.db.overlay import Overlay, TableEdit
 from ehrgym.db.schema import table_spec
 
@@ -36,6 +37,9 @@ def _focus_rows(ctx: InjectContext, patient_batch: bool = True) -> list[dict[str
         return [row] if row is not None else []
     n, rows = ctx.evidence_batch(order=ctx.one_sided_order(), finite_values=True)
     return rows[:batch_size(n)]
+
+
+RANGE_COLUMNS = ("ref_range_lower", "ref_range_upper")
 
 
 def _replace_many(ctx: InjectContext, rows: list[dict[str, Any]], changes: list[dict[str, Any]]) -> TableEdit:
@@ -210,6 +214,10 @@ class ImplausibleValue(_UnreadableValue):
         if bad is None:
             return None
         changes = _value_changes(ctx, bad, format_like(bad, row.get(ev.text_col) if ev.text_col else None))
+        # an infusion's rate and original amount follow its amount (a mis-keyed rate), so that no other column of the
+        # row gives the true value back
+        changes = {k: v for k, v in co_stored(ev.table, ev.value_col, row, {**row, **changes}, scale=True).items()
+                   if k in changes or v != row.get(k)}
         desc = f"{ev.value_col} {row[ev.value_col]!r} → {bad!r} (plausible {bounds[0]:g}–{bounds[1]:g})"
         kind, reason = self.expected(ctx.template)
         if kind == "abstain":
@@ -265,6 +273,12 @@ class UnitMismatch(Injector):
                 alt = conv.to_alt(v0, d)
             ch = _value_changes(ctx, alt, format_like(alt, row.get(ev.text_col) if ev.text_col else None))
             ch[ev.unit_col] = conv.alt_unit
+            # the original amount in the row's new unit too (a rate per time keeps its own unit)
+            ch = {k: v for k, v in co_stored(ev.table, ev.value_col, row, {**row, **ch}, scale=False).items()
+                  if k in ch or v != row.get(k)}
+            for col in RANGE_COLUMNS:  # a result in another unit comes with its reference range in that unit
+                if row.get(col) is not None:
+                    ch[col] = conv.to_alt(float(row[col]))
             if conv.alt_itemid is not None:
                 ch[ev.item_col] = conv.alt_itemid
             changes.append(ch)

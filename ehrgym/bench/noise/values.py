@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,21 @@ MISSING_PLACEHOLDERS: tuple[str, ...] = ("___", "ERROR", "UNABLE TO REPORT", "HO
 # values another column of the same row gives exactly: noise in them can be read around, so no
 # value noise goes there (ICU length of stay = outtime - intime)
 DERIVABLE: dict[tuple[str, str], str] = {("icustays", "los"): "outtime - intime"}
+
+
+@dataclass(frozen=True)
+class CoStored:
+    """Columns a row stores along with its value: ``mirrors`` hold the same number (where they did), ``scaled`` one
+    proportional to it (the pump's rate of an infused amount)."""
+
+    mirrors: tuple[str, ...] = ()
+    scaled: tuple[str, ...] = ()
+
+
+CO_STORED: dict[tuple[str, str], CoStored] = {
+    ("inputevents", "amount"): CoStored(mirrors=("originalamount",), scaled=("rate", "originalrate")),
+    ("inputevents", "rate"): CoStored(mirrors=("originalrate",), scaled=("amount", "originalamount")),
+}
 
 
 def derivable(table: str, column: str | None) -> bool:
@@ -193,9 +209,31 @@ def typed_value(table: str, column: str, value: float | None) -> float | int | N
 
 
 def with_value(evidence: Any, row: dict[str, Any], value: float | None) -> dict[str, Any]:
-    """``row`` holding ``value`` in the evidence's value column, its text column written like the row's own."""
+    """``row`` holding ``value`` in the evidence's value column, its text column written like the row's own and the
+    columns stored with it agreeing (:func:`co_stored`)."""
     out = dict(row)
     out[evidence.value_col] = typed_value(evidence.table, evidence.value_col, value)
     if evidence.text_col:
         out[evidence.text_col] = format_like(value, row.get(evidence.text_col))
+    return co_stored(evidence.table, evidence.value_col, row, out, scale=True)
+
+
+def co_stored(table: str, column: str, old: dict[str, Any], new: dict[str, Any], scale: bool) -> dict[str, Any]:
+    """``new`` (``old`` with ``column`` rewritten) with the columns stored along with it (:data:`CO_STORED`) agreeing:
+    a mirror that held the old number holds the new one; with ``scale`` (the same unit), a proportional column moves
+    by the same factor. A row whose amount moved but whose rate and original amount did not was the only one of its
+    kind (out-of-window copies of drip rows: 154 of 170 on a 1k `paper` build)."""
+    spec = CO_STORED.get((table, column))
+    before: Any = old.get(column)
+    after: Any = new.get(column)
+    if spec is None or not finite(before) or not finite(after):
+        return new
+    out = dict(new)
+    for col in spec.mirrors:
+        if col in out and out[col] == before:
+            out[col] = after
+    if scale and float(before) != 0:
+        for col in spec.scaled:
+            if finite(out.get(col)):
+                out[col] = float(out[col]) * float(after) / float(before)
     return out
