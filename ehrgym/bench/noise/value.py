@@ -42,6 +42,13 @@ def _focus_rows(ctx: InjectContext, patient_batch: bool = True) -> list[dict[str
 RANGE_COLUMNS = ("ref_range_lower", "ref_range_upper")
 
 
+def _with_co_stored(ctx: InjectContext, row: dict[str, Any], changes: dict[str, Any], scale: bool) -> dict[str, Any]:
+    """``changes`` to ``row`` plus those of the columns stored with its value (:func:`co_stored`)."""
+    ev = ctx.evidence
+    new = co_stored(ev.table, ev.value_col or "", row, {**row, **changes}, scale)
+    return {k: v for k, v in new.items() if k in changes or v != row.get(k)}
+
+
 def _replace_many(ctx: InjectContext, rows: list[dict[str, Any]], changes: list[dict[str, Any]]) -> TableEdit:
     """Rows edited in place: each edited copy takes the original's id and scan position."""
     new_rows = []
@@ -216,8 +223,7 @@ class ImplausibleValue(_UnreadableValue):
         changes = _value_changes(ctx, bad, format_like(bad, row.get(ev.text_col) if ev.text_col else None))
         # an infusion's rate and original amount follow its amount (a mis-keyed rate), so that no other column of the
         # row gives the true value back
-        changes = {k: v for k, v in co_stored(ev.table, ev.value_col, row, {**row, **changes}, scale=True).items()
-                   if k in changes or v != row.get(k)}
+        changes = _with_co_stored(ctx, row, changes, scale=True)
         desc = f"{ev.value_col} {row[ev.value_col]!r} → {bad!r} (plausible {bounds[0]:g}–{bounds[1]:g})"
         kind, reason = self.expected(ctx.template)
         if kind == "abstain":
@@ -274,8 +280,7 @@ class UnitMismatch(Injector):
             ch = _value_changes(ctx, alt, format_like(alt, row.get(ev.text_col) if ev.text_col else None))
             ch[ev.unit_col] = conv.alt_unit
             # the original amount in the row's new unit too (a rate per time keeps its own unit)
-            ch = {k: v for k, v in co_stored(ev.table, ev.value_col, row, {**row, **ch}, scale=False).items()
-                  if k in ch or v != row.get(k)}
+            ch = _with_co_stored(ctx, row, ch, scale=False)
             for col in RANGE_COLUMNS:  # a result in another unit comes with its reference range in that unit
                 if row.get(col) is not None:
                     ch[col] = conv.to_alt(float(row[col]))
