@@ -29,14 +29,14 @@ import numpy as np
 
 from ehrgym.bench.noise import get_injector
 from ehrgym.bench.noise.value import RESULT_ROWS
-from ehrgym.bench.noise.values import decimals_of, value_text
+from ehrgym.bench.noise.values import FLAG_COLUMNS, decimals_of, value_text
 from ehrgym.bench.task import Task
 from ehrgym.bench.templates import all_templates
 from ehrgym.db.overlay import Overlay, OverlaySession, overlay_connection, to_json_value
 from ehrgym.db.schema import table_spec
 
 FEATURES = ("id_rank", "position_rank", "id_minus_position", "null_cells", "value_null", "decimals",
-            "text_form", "time_seconds", "time_minutes")
+            "text_form", "flag_disagrees", "time_seconds", "time_minutes")
 GROUP_COLUMNS = ("itemid", "drug", "medication", "test_itemid", "spec_itemid", "icd_code", "drg_type")
 MAX_ROWS_PER_GROUP = 20000
 MAX_TOUCHED_CONTENT = 3
@@ -44,6 +44,11 @@ MAX_TOUCHED_CONTENT = 3
 numbers, numbers stored as text): at most this many of a batch, drawn at random."""
 FOLDS = 5
 BAR = 0.55
+CONTENT_CELLS = ("flag",)
+"""Cells a row's own value fills or leaves empty (a result is flagged abnormal exactly when its number lies outside its
+range): left out of the NULL count, which is about how a row is stored. An extreme value flagged as such is content
+(an out-of-window copy of the maximum, shifted up, is more often abnormal than the rows beside it); whether the flag
+agrees with the number is its own feature (``flag_disagrees``)."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,16 @@ def _text_form(text: Any, value: Any) -> int:
     if re.search(r"[0-9]", s):
         return 1
     return 2
+
+
+def _flag_disagrees(rec: dict[str, Any]) -> float:
+    """1 when a result's abnormal flag says otherwise than its number and reference range do, 0 when they agree, -1
+    where the row has no such columns or values (:func:`ehrgym.bench.noise.values.flagged_as_base`)."""
+    if not all(c in rec for c in FLAG_COLUMNS) or None in (rec["valuenum"], rec["ref_range_lower"],
+                                                           rec["ref_range_upper"]):
+        return -1.0
+    outside = rec["valuenum"] < rec["ref_range_lower"] or rec["valuenum"] > rec["ref_range_upper"]
+    return float(outside != (rec["flag"] == "abnormal"))
 
 
 def _stamp(value: Any) -> dt.datetime | None:
@@ -217,10 +232,10 @@ def task_rows(session: OverlaySession, task: Task, rng: np.random.Generator, sid
             value = rec.get(vcol) if vcol else None
             finite = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value))
             stamp = _stamp(rec.get(time_col)) if time_col else None
-            feats.append([idr, pos, idr - pos, float(sum(v is None for v in rec.values())),
+            feats.append([idr, pos, idr - pos, float(sum(rec[c] is None for c in rec if c not in CONTENT_CELLS)),
                           float(vcol is not None and value is None),
                           float(decimals_of(value)) if finite and value is not None else -1.0,
-                          float(_text_form(rec.get(tcol), value)) if tcol else -1.0,
+                          float(_text_form(rec.get(tcol), value)) if tcol else -1.0, _flag_disagrees(rec),
                           float(stamp.second != 0) if stamp else -1.0, float(stamp.minute != 0) if stamp else -1.0])
             labels.append(1 if i in touched else 0)
             owners.append(slim[i][0] if subject != "NULL" else None)

@@ -110,7 +110,7 @@ def stray_copy(ctx: DecoyContext) -> Injection | None:
     place = ctx.anchor_for(row, copy[ev.time_col])
     if ev.id_col:
         copy[ev.id_col] = ctx.ids_after(place, 1, set())[0]
-    edit = TableEdit(ev.table, (), (copy,), (place[0],), ctx.dense_id())
+    edit = ctx.table_edit((copy,), (place[0],))
     side = "after" if after else "before"
     return Injection(INJECTORS["out_of_window"].spec(Overlay((edit,)), description=(
         f"1 {ev.table} row linked to {ev.window.key} {row.get(ev.window.key)} but timestamped {abs(days)} days "

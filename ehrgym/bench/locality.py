@@ -24,7 +24,9 @@ import sqlglot
 from sqlglot import exp
 
 KEYS: tuple[str, ...] = ("subject_id", "hadm_id", "stay_id")
-DENSE_IDS: frozenset[str] = frozenset({"labevent_id", "microevent_id"})  # background.COPYABLE's dense ids
+ROW_IDS: dict[str, str] = {"labevents": "labevent_id", "microbiologyevents": "microevent_id"}
+"""Ids that number a table's rows (1, 2, 3 … in scan order in the base), not the things rows are about."""
+DENSE_IDS: frozenset[str] = frozenset(ROW_IDS.values())  # background.COPYABLE's dense ids
 DENSE_TABLES: frozenset[str] = frozenset({"labevents", "microbiologyevents"})
 
 Key = tuple[str, str]  # (source alias, column)

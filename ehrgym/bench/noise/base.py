@@ -17,13 +17,14 @@ from typing import Any, ClassVar
 import duckdb
 import numpy as np
 
+from ehrgym.bench.locality import ROW_IDS
 from ehrgym.bench.noise.cleaning import Cleaner
 from ehrgym.bench.noise.teaching import TeachingCard
 from ehrgym.bench.noise.values import finite
 from ehrgym.bench.sqlrender import render_sql
 from ehrgym.bench.task import NoiseSpec
 from ehrgym.bench.templates.base import Template
-from ehrgym.db.overlay import to_json_value
+from ehrgym.db.overlay import TableEdit, to_json_value
 from ehrgym.db.schema import table_spec
 from ehrgym.errors import BenchmarkError
 from ehrgym.registry import Registry
@@ -137,21 +138,46 @@ class InjectContext:
         return self.focus_order("min" if ev.extreme == "low" else "max")
 
     def dense_id(self) -> str | None:
-        """The evidence id column when the base numbers it 1, 2, 3 … in scan order (else None)."""
+        """The column of the evidence table the base numbers 1, 2, 3 … in scan order: the evidence id, else the
+        table's row id (:data:`~ehrgym.bench.locality.ROW_IDS`); None when neither is. The overlay view renumbers it
+        around new rows (:meth:`table_edit`)."""
         ev = self.evidence
-        if not ev.id_col:
-            return None
-        key = ("dense", ev.table, ev.id_col)
+        for col in (ev.id_col, ROW_IDS.get(ev.table)):
+            if col and self._dense_start(col) is not None:
+                return col
+        return None
+
+    def _dense_start(self, col: str) -> int | None:
+        """The first id of ``col`` when the base numbers the evidence table's rows by it 1, 2, 3 … in scan order
+        (id = rowid + first id), else None."""
+        ev = self.evidence
+        key = ("dense", ev.table, col)
         if key not in self.max_ids:
             spec = table_spec(ev.table)
             got = self.con.execute(
-                f"SELECT count(*), count(DISTINCT {ev.id_col}), min({ev.id_col}), max({ev.id_col}), "
-                f"bool_and({ev.id_col} - rowid = (SELECT min({ev.id_col}) FROM {self.base}.{spec.qualified})) "
+                f"SELECT count(*), count(DISTINCT {col}), min({col}), max({col}), "
+                f"bool_and({col} - rowid = (SELECT min({col}) FROM {self.base}.{spec.qualified})) "
                 f"FROM {self.base}.{spec.qualified}").fetchone()
             assert got is not None  # an aggregate query always returns one row
             n, distinct, lo, hi, aligned = got
-            self.max_ids[key] = bool(n and distinct == n and hi - lo + 1 == n and aligned)
-        return ev.id_col if self.max_ids[key] else None
+            self.max_ids[key] = int(lo) if n and distinct == n and hi - lo + 1 == n and aligned else None
+        return self.max_ids[key]
+
+    def _evidence_id_dense(self) -> bool:
+        return self.dense_id() is not None and self.dense_id() == self.evidence.id_col
+
+    def table_edit(self, rows: tuple[dict[str, Any], ...], anchors: tuple[int, ...],
+                   delete_rowids: tuple[int, ...] = ()) -> TableEdit:
+        """An edit of the evidence table inserting ``rows`` after base rows ``anchors``. Where the base numbers its
+        rows densely (:meth:`dense_id`), each new row carries its anchor's id, which the overlay view renumbers
+        around it: a copy that kept its source's id where the evidence id was another column (a specimen's copy
+        keeping its microevent_id) was the only duplicate of a row id, numbered where it did not stand."""
+        dense = self.dense_id()
+        if dense is not None:
+            start = self._dense_start(dense)
+            assert start is not None
+            rows = tuple({**r, dense: start + anchor} for r, anchor in zip(rows, anchors))
+        return TableEdit(self.evidence.table, delete_rowids, rows, anchors, dense)
 
     def anchor_for(self, row: dict[str, Any], time: Any = None) -> tuple[int, Any]:
         """Where a new row copied from ``row`` (timestamped ``time``) goes in scan order: the base
@@ -173,10 +199,19 @@ class InjectContext:
         return self.before(int(first[0]), first[1])
 
     def before(self, rowid: int, row_id: Any) -> tuple[int, Any]:
-        """The anchor placing a new row just before base row ``rowid`` (whose id is ``row_id``)."""
-        if row_id is not None and self.dense_id():
+        """The anchor placing a new row just before base row ``rowid`` (whose id is ``row_id``): the row before it
+        and, for ids that are not dense, that row's id, so that the new row is numbered after the row it follows
+        (:meth:`ids_after`). Numbered after ``row_id`` it stood before a row with a smaller id: where the base
+        numbers in scan order, its id ranked one above its place (out-of-window ICU stays on a 1k `paper` card:
+        0.71 within icustays)."""
+        if row_id is not None and self._evidence_id_dense():
             return rowid - 1, int(row_id) - 1
-        return rowid - 1, row_id
+        ev = self.evidence
+        if row_id is None or not ev.id_col or rowid <= 0:
+            return rowid - 1, row_id
+        got = self.con.execute(f"SELECT {ev.id_col} FROM {self.base}.{table_spec(ev.table).qualified} "
+                               "WHERE rowid = ?", [rowid - 1]).fetchone()
+        return rowid - 1, got[0] if got is not None and got[0] is not None else row_id
 
     def ids_after(self, anchor: tuple[int, Any], k: int, taken_by_edit: set[int] | None = None) -> list[int]:
         """Ids for ``k`` new rows following ``anchor`` (see :meth:`anchor_for`), drawn as the base
@@ -192,7 +227,7 @@ class InjectContext:
         spec = table_spec(ev.table)
         src = f"{self.base}.{spec.qualified}"
         ref = int(anchor[1]) if anchor[1] is not None else 0
-        if self.dense_id():
+        if self._evidence_id_dense():
             return [ref] * k
         key = ("max", ev.table, ev.id_col)
         if key not in self.max_ids:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from ehrgym.bench.noise import cleaning
 from ehrgym.bench.noise.base import ROWID, InjectContext, Injection, Injector, batch_size, register_injector
@@ -11,6 +14,7 @@ from ehrgym.bench.noise.teaching import TeachingCard
 from ehrgym.bench.noise.values import (conflicting, derivable, finite, parse_stamp, shift_times,
                                        shifted, with_value)
 from ehrgym.db.overlay import Overlay, TableEdit
+from ehrgym.db.schema import table_spec
 
 MAX_DELETED_ROWS = 400
 
@@ -19,15 +23,76 @@ def _copy(row: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in row.items() if k != ROWID}
 
 
+@dataclass(frozen=True)
+class Steps:
+    """A value that comes in steps per item, stored together with the columns read off it: a susceptibility's MIC (a
+    doubling dilution) with its interpretation, comparison and text. ``columns[0]`` is the number."""
+
+    item_col: str
+    columns: tuple[str, ...]
+
+
+MIC_STEPS = Steps("ab_itemid", ("dilution_value", "interpretation", "dilution_comparison", "dilution_text"))
+STEPPED: dict[tuple[str, str], Steps] = {
+    ("microbiologyevents", "dilution_value"): MIC_STEPS,
+    ("microbiologyevents", "interpretation"): MIC_STEPS,  # a contradicting "R" comes with an MIC the base reports as R
+}
+
+
+def _base_step(ctx: InjectContext, row: dict[str, Any], steps: Steps, column: str,
+               keep: Any) -> dict[str, Any] | None:
+    """One of the tuples of ``steps.columns`` the base stores for the row's item whose ``column`` passes ``keep``,
+    drawn as often as the base stores each (None: there is none). Drawn by frequency, not the nearest step: the
+    neighbouring step of a susceptible MIC is mostly a rare uncensored intermediate one ('4', 'I'), while the base's
+    resistant readings are mostly censored ('=>16'); nearest steps made contradicting MICs a text form of their own."""
+    src = f"{ctx.base}.{table_spec(ctx.evidence.table).qualified}"
+    cols = ", ".join(steps.columns)
+    got = ctx.con.execute(
+        f"SELECT {cols}, count(*) FROM {src} WHERE {steps.item_col} = ? AND {steps.columns[0]} IS NOT NULL "
+        f"GROUP BY ALL ORDER BY ALL", [row[steps.item_col]]).fetchall()
+    at = steps.columns.index(column)
+    fit = [g for g in got if keep(g[at])]
+    if not fit:
+        return None
+    w = np.array([g[-1] for g in fit], dtype=float)
+    pick = fit[int(ctx.rng.choice(len(fit), p=w / w.sum()))]
+    return dict(zip(steps.columns, pick[:-1]))
+
+
 def _set_value(ctx: InjectContext, row: dict[str, Any], value: float | None) -> dict[str, Any]:
-    return with_value(ctx.evidence, row, value)
+    """``row`` holding ``value``; for a stepped value (:data:`STEPPED`), a step the base stores for the row's item on
+    the same side of the row's own value, with what the base stores with it (a contradicting MIC of 156 with the first
+    reading's 'R' was in no base row: 61 of 77 conflicting susceptibility rows on a 1k `paper` build). Without such a
+    step the row keeps its value (the caller sees that nothing changed)."""
+    ev = ctx.evidence
+    steps = STEPPED.get((ev.table, ev.value_col or ""))
+    old: Any = row.get(ev.value_col) if ev.value_col else None
+    if steps is None or value is None or not finite(old) or row.get(steps.item_col) is None:
+        return with_value(ev, row, value)
+    up = value > float(old)
+    step = _base_step(ctx, row, steps, steps.columns[0],
+                      lambda x: x is not None and (float(x) > float(old) if up else float(x) < float(old)))
+    if step is None:
+        return with_value(ev, row, old)
+    return {**with_value(ev, row, step[steps.columns[0]]), **step}
+
+
+def _set_category(ctx: InjectContext, row: dict[str, Any], value: Any) -> dict[str, Any] | None:
+    """``row`` with ``value`` in the evidence's category column and, where the category is read off a stepped value
+    (:data:`STEPPED`), a step the base stores with that category for the row's item (a row without a number keeps its
+    own; None: the base never reports the row's item so)."""
+    col = ctx.evidence.category_col or ""
+    out = {**row, col: value}
+    steps = STEPPED.get((ctx.evidence.table, col))
+    if steps is None or row.get(steps.item_col) is None or row.get(steps.columns[0]) is None:
+        return out
+    step = _base_step(ctx, row, steps, col, lambda x: x == value)
+    return {**out, **step} if step is not None else None
 
 
 def _other_category(ctx: InjectContext, current: Any) -> Any:
     """Another value of the evidence's categorical column, as found in the database."""
     ev = ctx.evidence
-    from ehrgym.db.schema import table_spec
-
     spec = table_spec(ev.table)
     values = [r[0] for r in ctx.query(f"SELECT DISTINCT {ev.category_col} FROM {ctx.base}.{spec.qualified} "
                                       f"WHERE {ev.category_col} IS NOT NULL ORDER BY 1 LIMIT 50")]
@@ -62,7 +127,7 @@ class MissingEvidence(Injector):
         if not rows or len(rows) > MAX_DELETED_ROWS:
             return None
         # ids numbered densely by the base are renumbered around the gap, as the base would have
-        edit = TableEdit(ctx.evidence.table, tuple(r[ROWID] for r in rows), dense_id=ctx.dense_id())
+        edit = ctx.table_edit((), (), tuple(r[ROWID] for r in rows))
         kind, reason = self.expected(ctx.template)
         return Injection(self.spec(Overlay((edit,)), description=f"{len(rows)} {ctx.evidence.table} rows deleted"),
                          kind, reason)
@@ -108,7 +173,7 @@ class DuplicateRecords(Injector):
                 c[ev.store_col] = (parse_stamp(c[ev.store_col]) + dt.timedelta(minutes=7 + i)).isoformat(sep=" ")
             copies.append(c)
             anchors.append(row[ROWID])
-        edit = TableEdit(ev.table, (), tuple(copies), tuple(anchors), ctx.dense_id())
+        edit = ctx.table_edit(tuple(copies), tuple(anchors))
         kind, reason = self.expected(ctx.template)
         return Injection(self.spec(Overlay((edit,)), description=f"{k} {ev.table} rows stored twice"),
                          kind, reason, cleaners=(cleaning.deduplicate,))
@@ -163,14 +228,16 @@ class OutOfWindow(Injector):
             other = _other_category(ctx, focus.get(ev.category_col))
             if other is None:
                 return None
-            before[ev.category_col] = other
-            after[ev.category_col] = other
+            moved_before, moved_after = _set_category(ctx, before, other), _set_category(ctx, after, other)
+            if moved_before is None or moved_after is None:
+                return None
+            before, after = moved_before, moved_after
         places = (ctx.anchor_for(focus, before[ev.time_col]), ctx.anchor_for(focus, after[ev.time_col]))
         if ev.id_col:
             given: set[int] = set()
             before[ev.id_col] = ctx.ids_after(places[0], 1, given)[0]
             after[ev.id_col] = ctx.ids_after(places[1], 1, given)[0]
-        edit = TableEdit(ev.table, (), (before, after), (places[0][0], places[1][0]), ctx.dense_id())
+        edit = ctx.table_edit((before, after), (places[0][0], places[1][0]))
         kind, reason = self.expected(ctx.template)
         return Injection(self.spec(Overlay((edit,)), description=(
             f"2 {ev.table} rows linked to {ev.window.key} {focus.get(ev.window.key)} but timestamped "
@@ -203,7 +270,7 @@ class OutOfWindow(Injector):
             anchors.append(place[0])
         if not copies:
             return None
-        edit = TableEdit(ev.table, (), tuple(copies), tuple(anchors), ctx.dense_id())
+        edit = ctx.table_edit(tuple(copies), tuple(anchors))
         kind, reason = self.expected(ctx.template)
         return Injection(self.spec(Overlay((edit,)), description=(
             f"{len(copies)} {ev.table} rows linked to their {ev.window.key} but timestamped days after it")),
@@ -270,14 +337,17 @@ class ConflictingRecords(Injector):
             other = _other_category(ctx, focus.get(ev.category_col))
             if other is None:
                 return None
-            c[ev.category_col] = other
+            recat = _set_category(ctx, c, other)
+            if recat is None:
+                return None
+            c = recat
         if ev.store_col and c.get(ev.store_col) is not None:
             c[ev.store_col] = (parse_stamp(c[ev.store_col]) + dt.timedelta(minutes=3)).isoformat(sep=" ")
         # the world where the contradicting record is the true one: it must give another answer
         alternative = Overlay((TableEdit(ev.table, (focus[ROWID],), (dict(c),), (focus[ROWID],)),))
         if ev.id_col:
             c[ev.id_col] = ctx.ids_after(ctx.anchor_for(focus), 1)[0]
-        edit = TableEdit(ev.table, (), (c,), (focus[ROWID],), ctx.dense_id())
+        edit = ctx.table_edit((c,), (focus[ROWID],))
         shown = c.get(ev.value_col) if ev.value_col else c.get(ev.category_col)
         was = focus.get(ev.value_col) if ev.value_col else focus.get(ev.category_col)
         kind, reason = self.expected(ctx.template)

@@ -57,7 +57,7 @@ def _replace_many(ctx: InjectContext, rows: list[dict[str, Any]], changes: list[
         new.update(ch)
         new_rows.append(new)
     rowids = tuple(r[ROWID] for r in rows)
-    return TableEdit(ctx.evidence.table, rowids, tuple(new_rows), rowids, ctx.dense_id())
+    return ctx.table_edit(tuple(new_rows), rowids, rowids)
 
 
 def _replace(ctx: InjectContext, row: dict[str, Any], changes: dict[str, Any]) -> TableEdit:
@@ -74,7 +74,7 @@ def _extra(ctx: InjectContext, row: dict[str, Any], changes: dict[str, Any]) -> 
     place = ctx.before(*own) if minutes < 0 else own  # a minute apart: right before / after its source
     if ev.id_col:
         new[ev.id_col] = ctx.ids_after(place, 1)[0]
-    return TableEdit(ev.table, (), (new,), (place[0],), ctx.dense_id())
+    return ctx.table_edit((new,), (place[0],))
 
 
 def _base_texts(ctx: InjectContext, digits: bool) -> list[str]:
@@ -279,11 +279,12 @@ class UnitMismatch(Injector):
                 alt = conv.to_alt(v0, d)
             ch = _value_changes(ctx, alt, format_like(alt, row.get(ev.text_col) if ev.text_col else None))
             ch[ev.unit_col] = conv.alt_unit
-            # the original amount in the row's new unit too (a rate per time keeps its own unit)
-            ch = _with_co_stored(ctx, row, ch, scale=False)
             for col in RANGE_COLUMNS:  # a result in another unit comes with its reference range in that unit
                 if row.get(col) is not None:
                     ch[col] = conv.to_alt(float(row[col]))
+            # the original amount in the row's new unit too (a rate per time keeps its own unit), and the flag its
+            # number and range give
+            ch = _with_co_stored(ctx, row, ch, scale=False)
             if conv.alt_itemid is not None:
                 ch[ev.item_col] = conv.alt_itemid
             changes.append(ch)
@@ -354,6 +355,15 @@ class MissingValue(_UnreadableValue):
                          kind, reason, cleaners=(cleaning.drop_valueless,))
 
 
+NEVER_TEXT_ONLY: dict[tuple[str, str], str] = {  # where encoding_corruption does not go (EncodingCorruption.fits)
+    ("microbiologyevents", "dilution_value"): "1 of the demo's 999 MIC texts ('>256'), 0 of the base's 5,739 on 1k",
+}
+"""Evidence columns whose number MIMIC-IV almost never keeps only in the text column. A susceptibility stored as
+'<=0.25' with no MIC beside it was a row of no base kind: on the 1k card its NULL pattern told encoding-corruption
+rows from base rows at 0.64 once the tree no longer counted lab flags (with them, a lab row's count matched it by
+accident: 0.43)."""
+
+
 @register_injector
 class EncodingCorruption(Injector):
     subtype = "encoding_corruption"
@@ -370,6 +380,9 @@ class EncodingCorruption(Injector):
     requires = ("value_col", "text_col")
     description = "the number stored only in the text column, in a form the database uses ('>300', '7.4')"
     rationale = "the number is still in the text column: reading it from there recovers the answer"
+
+    def fits(self, template: Template) -> bool:
+        return (template.evidence.table, template.evidence.value_col) not in NEVER_TEXT_ONLY
 
     def inject(self, ctx: InjectContext) -> Injection | None:
         ev = ctx.evidence

@@ -219,15 +219,16 @@ def with_value(evidence: Any, row: dict[str, Any], value: float | None) -> dict[
 
 
 def co_stored(table: str, column: str, old: dict[str, Any], new: dict[str, Any], scale: bool) -> dict[str, Any]:
-    """``new`` (``old`` with ``column`` rewritten) with the columns stored along with it (:data:`CO_STORED`) agreeing:
-    a mirror that held the old number holds the new one; with ``scale`` (the same unit), a proportional column moves
-    by the same factor. A row whose amount moved but whose rate and original amount did not was the only one of its
-    kind (out-of-window copies of drip rows: 154 of 170 on a 1k `paper` build)."""
+    """``new`` (``old`` with ``column`` rewritten) with the columns stored along with it agreeing: a mirror
+    (:data:`CO_STORED`) that held the old number holds the new one; with ``scale`` (the same unit), a proportional
+    column moves by the same factor; a lab result's abnormal flag is set from its new number (:func:`flagged_as_base`).
+    A row whose amount moved but whose rate and original amount did not was the only one of its kind (out-of-window
+    copies of drip rows: 154 of 170 on a 1k `paper` build)."""
     spec = CO_STORED.get((table, column))
     before: Any = old.get(column)
     after: Any = new.get(column)
     if spec is None or not finite(before) or not finite(after):
-        return new
+        return flagged_as_base(new)
     out = dict(new)
     for col in spec.mirrors:
         if col in out and out[col] == before:
@@ -236,4 +237,23 @@ def co_stored(table: str, column: str, old: dict[str, Any], new: dict[str, Any],
         for col in spec.scaled:
             if finite(out.get(col)):
                 out[col] = float(out[col]) * float(after) / float(before)
+    return flagged_as_base(out)
+
+
+FLAG_COLUMNS = ("valuenum", "ref_range_lower", "ref_range_upper", "flag")
+
+
+def flagged_as_base(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with its abnormal flag as MIMIC-IV's laboratory sets it: ``'abnormal'`` exactly when the number lies
+    outside the row's own reference range (every base row; all but 185 of the demo's 87,905 results with a number and
+    a range, and none flagged inside it). Rows without a number or a range keep their flag. An overlay that changed a
+    value but kept its flag left a row that told itself apart (a creatinine of 0.9 flagged abnormal against 0.4-1.1:
+    36 of 94 conflicting copies and 161 of 272 out-of-window rows on the 1k `paper` build)."""
+    if not all(c in row for c in FLAG_COLUMNS):
+        return row
+    value, low, high = row["valuenum"], row["ref_range_lower"], row["ref_range_upper"]
+    if not finite(value) or not finite(low) or not finite(high):
+        return row
+    out = dict(row)
+    out["flag"] = "abnormal" if (value < low or value > high) else None
     return out
