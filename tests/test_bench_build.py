@@ -336,6 +336,17 @@ def test_card_records_the_literal_floor_as_the_runner_measures_it(small, synth_d
     assert floor["noise_pct"] < 100.0  # noisy twins are traps for the obvious query
 
 
+def test_card_sections_read_in_worker_processes_give_what_one_process_gives(small, synth_db):
+    from ehrgym.bench import validity_sections  # noqa: F401  (registers the sections)
+    from ehrgym.bench.validity import SECTIONS, ValidityContext
+
+    tasks = list(load_benchmark(small.out).tasks)
+    for name in ("literal_baseline", "evidence_anomaly"):
+        one = SECTIONS[name](ValidityContext(tasks, synth_db, 0, 1))
+        assert one.get("pairs"), name
+        assert SECTIONS[name](ValidityContext(tasks, synth_db, 0, 2)) == one, name
+
+
 def test_card_records_the_database_state_probe(small, synth_db):
     from ehrgym.bench.validity.state import state_validity
 

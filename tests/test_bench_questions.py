@@ -462,10 +462,9 @@ def test_every_eligible_question_tells_its_course_and_both_twins_tell_the_same(b
 
 
 def test_out_of_scope_twins_ask_about_the_place_their_context_names(built):
-    """Where the course names a place this database holds nothing from, the out-of-scope twin asks
-    about that place in the same words about half the time (``LINKED_SHARE``: each such twin names its
-    place twice), and then no word of the swap but a preposition or verb is missing from the clean twin."""
-    from ehrgym.bench.noise.query import LINKED_SHARE
+    """Where the course names a place this database holds nothing from and a phrase about it fits the slot, the
+    out-of-scope twin asks about that place in the same words (a pool qualifier there marked half the twins that
+    could link), and then no word of the swap but a preposition or verb is missing from the clean twin."""
     from ehrgym.bench.noise.scope import LINKED_PLACES, ends_clause, linked_phrases, slot_kind
 
     linked = could = 0
@@ -489,4 +488,4 @@ def test_out_of_scope_twins_ask_about_the_place_their_context_names(built):
             assert not extra - {"at", "the", "by", "in", "measured", "given", "done", "diagnosed", "recorded",
                                 "taken", "staff", "team", "chart", "after", "discharge"}, extra
         linked += 1
-    assert linked >= 5 and abs(linked / could - LINKED_SHARE) <= 0.25, (linked, could)
+    assert linked >= 5 and linked == could, (linked, could)

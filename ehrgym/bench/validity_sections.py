@@ -7,6 +7,7 @@ from collections import defaultdict
 from statistics import median
 from typing import Any
 
+from ehrgym.bench.task import Task
 from ehrgym.bench.validity import ValidityContext, validity_section
 
 
@@ -109,14 +110,24 @@ def answer_prior(ctx: ValidityContext) -> dict[str, Any]:
 CARD_LITERAL_PAIRS = 400  # test pairs the literal floor is measured on (a hashed uniform sample; ~10 s)
 
 
+def literal_records(db: str, tasks: list[Task], seed: int) -> list[dict[str, Any]]:
+    """The ``literal`` agent's episode records on ``tasks`` (one environment worker; module level so that a build
+    worker process can run it)."""
+    from ehrgym.eval.runner import EpisodeWorker, WorkerConfig
+
+    worker = EpisodeWorker(WorkerConfig(db, "literal", {}, {"schema_summary": False}, "card", seed, None, 0))
+    try:
+        return [worker.run(t, 0) for t in tasks]
+    finally:
+        worker.close()
+
+
 @validity_section("literal_baseline")
 def literal_baseline(ctx: ValidityContext) -> dict[str, Any]:
     """The floor: the ``literal`` agent (the question's obvious query; abstain on an empty/NULL result or an error)
     run through the real environment on test pairs, strict scoring. A valid benchmark keeps its noise success
     low: what it scores there is rewarded without any inspection of the data."""
     import hashlib
-
-    from ehrgym.eval.runner import EpisodeWorker, WorkerConfig
 
     if ctx.db is None:
         return {"skipped": "no database given"}
@@ -126,12 +137,15 @@ def literal_baseline(ctx: ValidityContext) -> dict[str, Any]:
     tasks = sorted((t for t in test if t.pair_id in chosen), key=lambda t: t.task_id)
     if not tasks:
         return {"skipped": "no test pairs"}
-    worker = EpisodeWorker(WorkerConfig(str(ctx.db), "literal", {}, {"schema_summary": False}, "card", ctx.seed,
-                                        None, 0))
-    try:
-        records = [worker.run(t, 0) for t in tasks]
-    finally:
-        worker.close()
+    parts = max(1, min(ctx.workers, len(tasks)))
+    if parts == 1:
+        records = literal_records(str(ctx.db), tasks, ctx.seed)
+    else:  # each episode is its own, so the records do not depend on the split
+        from ehrgym.bench.builder import run_worker_processes
+
+        records = [r for part in run_worker_processes([{"call": literal_records,
+                                                        "args": (str(ctx.db), tasks[k::parts], ctx.seed)}
+                                                       for k in range(parts)]) for r in part]
     ok = {(r["pair_id"], r["variant"]): bool(r["success_strict"]) for r in records}
     by_level: dict[str, list[bool]] = defaultdict(list)
     for r in records:
@@ -165,7 +179,7 @@ def evidence_anomaly(ctx: ValidityContext) -> dict[str, Any]:
 
     if ctx.db is None:
         return {"skipped": "no database given"}
-    r = anomaly_shortcut(ctx.db, ctx.tasks)
+    r = anomaly_shortcut(ctx.db, ctx.tasks, workers=ctx.workers)
     cvn, ava, lk, lko, lkm = (r["clean_vs_noise"], r["answer_vs_abstain"], r["lookup"], r["lookup_when_odd"],
                               r["lookup_when_odd_many_rows"])
     md = ["Each twin's evidence rows on its served views, checked as the sampler checks natural noise (test split, "

@@ -397,12 +397,6 @@ class LexicalVariation(Injector):
                          "answer", params=params, robust_params=dict(ctx.params))
 
 
-# how often an out-of-scope twin whose context names a place asks about that place: each such twin names
-# its place twice (context and question) where the clean twin names it once, so linking every time made
-# the place itself ("home") the text probe's strongest cue, as the pools' qualifiers are when never linked
-LINKED_SHARE = 0.5
-
-
 @register_injector
 class OutOfScope(Injector):
     subtype = "out_of_scope"
@@ -443,9 +437,12 @@ class OutOfScope(Injector):
         frame = t.paraphrases[ctx.paraphrase] if t.paraphrases[ctx.paraphrase] in frames else frames[0]
         shown = ctx.shown.get(t.lexical, str(ctx.params[t.lexical]))  # as the clean twin names it
         at_end = ends_clause(frame, t.lexical)
-        # half the time the places the question's context names (its own words), else the pools
+        # the places the question's context names, in its own words, wherever one fits; else the pools. Each linked
+        # twin names its place twice (context and question) where its clean twin names it once, yet linking only
+        # half of them left the pools' qualifiers to mark the other half: on the `make reproduce` benchmark the
+        # query-level text probe read 0.6175 with half linked (out of scope 0.80), 0.6026 with every one (0.79)
         linked = linked_phrases(kind, shown, at_end, ctx.places)
-        phrases = linked if linked and ctx.rng.random() < LINKED_SHARE else swap_phrases(kind, shown, at_end)
+        phrases = linked or swap_phrases(kind, shown, at_end)
         phrase = phrases[int(ctx.rng.integers(0, len(phrases)))]
         question = render_text(frame, {**ctx.params, t.lexical: phrase})
         return Injection(self.spec(question_edit={"kind": "out_of_scope", "param": t.lexical, "from": None,

@@ -167,10 +167,10 @@ def swap_phrases(kind: str, name: str, at_clause_end: bool) -> list[str]:
 # A patient question may carry its admission's course (:mod:`ehrgym.bench.context`: "The patient
 # was an outside hospital transfer and went to a skilled nursing facility after discharge."),
 # and both twins show it. Where it names a place this database holds no data from, the
-# out-of-scope twin may ask about that place in the context's own words ("the outside hospital
-# potassium", "the home heart rate", "furosemide given by the skilled nursing facility staff"): a
-# text-only reader then finds the place in the clean twin as well (how often: ``query.LINKED_SHARE``,
-# since such a twin names its place twice). Reviewed per kind: nothing
+# out-of-scope twin asks about that place in the context's own words wherever one fits its kind and
+# slot ("the outside hospital potassium", "the home heart rate", "furosemide given by the skilled
+# nursing facility staff"): a text-only reader then finds the place in the clean twin as well (once
+# there, twice in the twin: see ``query.OutOfScope.inject``). Reviewed per kind: nothing
 # measured or given at another hospital, a nursing or rehab facility, home or hospice is in
 # MIMIC-IV's hosp or icu module. Labs and specimens take no "home" (a home-health draw may be
 # resulted by the hospital's own lab, which labevents holds as an outpatient result).

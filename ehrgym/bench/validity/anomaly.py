@@ -49,18 +49,35 @@ def _typed(params: dict[str, Any]) -> dict[str, Any]:
             for k, v in params.items()}
 
 
-def twin_anomalies(db: str | Path, tasks: list[Task]) -> dict[str, str | None]:
+def twin_anomalies(db: str | Path, tasks: list[Task], workers: int = 1) -> dict[str, str | None]:
     """task_id -> the anomaly its served evidence shows (``no_evidence`` when it has no rows; None: none)."""
-    return {k: evidence_anomaly(p) for k, p in twin_profiles(db, tasks).items()}
+    return {k: evidence_anomaly(p) for k, p in twin_profiles(db, tasks, workers).items()}
 
 
-def twin_profiles(db: str | Path, tasks: list[Task]) -> dict[str, dict[str, int]]:
-    """task_id -> the profile of its served evidence (``sampling.PROFILE_COLUMNS``: rows, keys, NULLs …)."""
+def twin_profiles(db: str | Path, tasks: list[Task], workers: int = 1) -> dict[str, dict[str, int]]:
+    """task_id -> the profile of its served evidence (``sampling.PROFILE_COLUMNS``: rows, keys, NULLs …).
+
+    ``workers`` > 1 reads the twins in that many worker processes (``python -m ehrgym.bench.worker``, as the
+    build's): each profile is one query on its own twin's views, so the result does not depend on the split."""
+    ordered = sorted(tasks, key=lambda x: x.task_id)
+    parts = max(1, min(workers, len(ordered)))
+    if parts == 1:
+        return _profiles(str(db), ordered)
+    from ehrgym.bench.builder import run_worker_processes
+
+    got: dict[str, dict[str, int]] = {}
+    for part in run_worker_processes([{"call": _profiles, "args": (str(db), ordered[k::parts])}
+                                      for k in range(parts)]):
+        got.update(part)
+    return {t.task_id: got[t.task_id] for t in ordered if t.task_id in got}
+
+
+def _profiles(db: str, tasks: list[Task]) -> dict[str, dict[str, int]]:
     templates = {t.id: t for t in all_templates()}
     con, session = overlay_connection(db)
     out: dict[str, dict[str, int]] = {}
     try:
-        for task in sorted(tasks, key=lambda x: x.task_id):
+        for task in tasks:
             t = templates.get(task.template_id)
             if t is None:
                 continue
@@ -96,12 +113,12 @@ def _majority(labels: list[str]) -> str:
 
 
 def anomaly_shortcut(db: str | Path, tasks: list[Task], split: str = "test",
-                     train_pairs: int = MAX_TRAIN_PAIRS) -> dict[str, Any]:
+                     train_pairs: int = MAX_TRAIN_PAIRS, workers: int = 1) -> dict[str, Any]:
     """The policies of the module docstring on ``split``; the lookup learns from at most ``train_pairs`` train
-    pairs."""
+    pairs; ``workers`` processes read the twins' evidence (same numbers for any count)."""
     data = _data_pairs(tasks, split)
     train = _sample(_data_pairs(tasks, "train"), train_pairs)
-    profiles = twin_profiles(db, [t for group in (data, train) for tw in group.values() for t in tw.values()])
+    profiles = twin_profiles(db, [t for group in (data, train) for tw in group.values() for t in tw.values()], workers)
     seen = {k: evidence_anomaly(p) for k, p in profiles.items()}
 
     def odd(task: Task) -> bool:
