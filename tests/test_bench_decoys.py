@@ -121,3 +121,35 @@ def test_the_skeptic_judges_a_contradiction_by_its_effect(builds, synth_db, tmp_
     got = {r.task_id: r.success_strict for r in EpisodeStore(tmp_path / "sk").records()}
     assert sum(got[t] for t in clean) >= 0.8 * len(clean)  # answered, correctly, through the harmless one
     assert sum(got[t] for t in noisy) >= 0.8 * len(noisy)  # abstained on the one that matters
+
+
+def test_a_conflicting_decoy_contradicts_its_row_either_way(builds, synth_db):
+    """The noise's contradiction goes the way that changes the answer (above a maximum); a decoy's goes either way.
+    Sent the noise's way, only readings that stayed under the maximum were kept, and a susceptibility's MIC there is
+    a rare uncensored intermediate step ('4', 'I') that told decoys from the base rows beside them."""
+    import duckdb
+
+    from ehrgym.db.schema import table_spec
+
+    templates = {t.id: t for t in all_templates()}
+    sides: Counter[str] = Counter()
+    con = duckdb.connect(str(synth_db), read_only=True)
+    try:
+        for task in builds[0]:
+            t = templates[task.template_id]
+            ev = t.evidence
+            if task.meta.get("decoy", {}).get("subtype") != "conflicting_records" or not ev.value_col \
+                    or ev.focus not in ("max", "min"):
+                continue
+            for e in task.decoy.edits:
+                for row, anchor in zip(e.insert_rows, e.insert_after):
+                    was = con.execute(f"SELECT {ev.value_col} FROM {table_spec(e.table).qualified} WHERE rowid = ?",
+                                      [anchor]).fetchone()[0]
+                    if row.get(ev.value_col) is not None and was is not None and row[ev.value_col] != was:
+                        toward = (row[ev.value_col] > was) == ((ev.focus == "max") == (t.answer.type == "number"))
+                        sides["the noise's way" if toward else "the other way"] += 1
+    finally:
+        con.close()
+    # kept decoys on the noise's way are only those that stayed under the maximum; the other way always leaves it
+    assert sum(sides.values()) >= 4 and sides["the noise's way"] >= 1, sides
+    assert sides["the other way"] >= 0.25 * sum(sides.values()), sides

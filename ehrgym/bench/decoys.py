@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -63,6 +63,7 @@ class DecoyContext(InjectContext):
 
     target: int = -1
     taken_ids: frozenset[int] = field(default_factory=frozenset)
+    harmless: ClassVar[bool] = True
 
     def focus_order(self, focus: str | None = None) -> str:
         return f"(e.rowid = {int(self.target)}) DESC, {super().focus_order(focus)}"

@@ -64,6 +64,8 @@ class InjectContext:
     shown: dict[str, str] = field(default_factory=dict)  # parameter -> the alias the clean question shows
     places: tuple[str, ...] = ()  # places outside the record the question's context names (bench.context)
     refused: str = ""  # why an injector that returned None declined (a build-report discard reason)
+    # a decoy's context (bench.decoys.DecoyContext): the edit is aimed at a row that must not decide the answer
+    harmless: ClassVar[bool] = False
 
     @property
     def evidence(self):

@@ -337,9 +337,13 @@ class ConflictingRecords(Injector):
             if not finite(focus.get(ev.value_col)):
                 return None
             # the direction that changes the answer: a higher reading of the maximum changes a maximum,
-            # a lower one changes which row is the maximum (argmax answers); mirrored for minima
+            # a lower one changes which row is the maximum (argmax answers); mirrored for minima. A decoy's
+            # contradiction goes either way, as harmless ones do: sent the noise's way, only the readings
+            # that stayed under the maximum were kept, and a susceptibility's MIC there is mostly a rare
+            # uncensored intermediate step ('4', 'I'; 15 of 15 decoy MICs with a text on the 1k card,
+            # against 1 of 43 base rows beside them)
             numeric = ctx.template.answer.type == "number"
-            up = {"max": numeric, "min": not numeric}.get(ev.focus)
+            up = None if ctx.harmless else {"max": numeric, "min": not numeric}.get(ev.focus)
             c = _set_value(ctx, c, conflicting(focus[ev.value_col], ctx.rng, cleaning.bounds_for(ev, ctx.params), up))
             if c[ev.value_col] == focus[ev.value_col]:
                 return None
