@@ -58,8 +58,10 @@ ACCEPTED_REASONS: dict[str, frozenset[str]] = {
     "temporal_mismatch": frozenset({"false_premise", "insufficient_evidence"}),
     # the id is absent from every table: only an invalid reference explains that
     "nonexistent_entity": frozenset({"invalid_reference"}),
-    # the schema has no place for it: missing evidence would misdescribe an unanswerable question
-    "out_of_scope": frozenset({"out_of_scope"}),
+    # the schema has no place for it: missing evidence would misdescribe an unanswerable question. A twin
+    # that asks for the time beyond the admission ("… after the patient left for the skilled nursing
+    # facility") asks, read as a window, about a time the admission does not cover: a false premise too
+    "out_of_scope": frozenset({"out_of_scope", "false_premise"}),
     # two different values for one measurement are visible side by side
     "conflicting_records": frozenset({"conflicting_evidence"}),
     # the impossible value is visible; "no evidence" would hide what the records show

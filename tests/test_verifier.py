@@ -128,6 +128,7 @@ def noisy_abstain(subtype: str, reason: str) -> Task:
     ("nonexistent_entity", "invalid_reference", "false_premise", False),
     ("nonexistent_entity", "invalid_reference", "insufficient_evidence", False),
     ("out_of_scope", "out_of_scope", "insufficient_evidence", False),
+    ("out_of_scope", "out_of_scope", "false_premise", True),  # the time beyond the admission is a window too
     ("conflicting_records", "conflicting_evidence", "implausible_value", False),
     ("implausible_value", "implausible_value", "insufficient_evidence", False),
     ("missing_value", "insufficient_evidence", "false_premise", False),

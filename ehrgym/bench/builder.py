@@ -24,13 +24,15 @@ from ehrgym.bench.background import BackgroundMaker
 from ehrgym.bench.answers import NotComparable, answer_key, answers_match, format_answer, gold_from_rows
 from ehrgym.bench.complexity import sql_complexity, sql_tables
 from ehrgym.bench.decoys import DECOYED, Decoy, make_decoy
-from ehrgym.bench.context import (admission_row, cohort_eligible, cohort_locations_sql, cohort_sentence,
-                                  context_sentence, eligible, with_context)
+from ehrgym.bench.context import (CLAUSE_SHARE, COHORT_CLAUSES, CourseClause, admission_row, cohort_eligible, cohort_locations_sql,
+                                  cohort_sentence, context_sentence, course_clauses, eligible, pick_clause,
+                                  with_clause, with_context)
 from ehrgym.bench.configs import (LEXICAL, MARKED_SUBTYPES, QUERY_ABSTAIN, BuildConfig, answer_allowed,
                                   balanced_subtypes, plan_quotas, spread_groups)
 from ehrgym.bench.noise import INJECTORS, InjectContext, Injection
 from ehrgym.bench.noise.cleaning import plain_relation, relation
 from ehrgym.bench.noise.lexicon import shown_name
+from ehrgym.bench.noise.query import opens_with_clause
 from ehrgym.bench.sampling import Candidate, sample_candidates
 from ehrgym.bench.sqlrender import json_value, render_sql, render_text, text_value
 from ehrgym.bench.task import Expected, Task
@@ -244,8 +246,9 @@ class Builder:
         reads_places = INJECTORS[subtype].reads_places
         with _Clock(self.stats, "verification"):
             context, places = self._context(t, c) if reads_places else ("", ())
+            clauses = self._clauses(t, c) if reads_places else ()
             ctx = InjectContext(self.verifier.clean_con, t, dict(c.params), clean_value, rng, max_ids=self.max_ids,
-                               paraphrase=paraphrase, shown=shown, places=places)
+                               paraphrase=paraphrase, shown=shown, places=places, clauses=clauses)
             try:
                 inj = INJECTORS[subtype].inject(ctx)
             except Exception as exc:  # noqa: BLE001
@@ -314,14 +317,17 @@ class Builder:
         entity = {k: json_value(v) for k, v in sorted(c.params.items())}
         draw = self._display_draw(t, c)
         shown = shown_params(t, c.params, draw)
-        question = with_context(render_text(t.paraphrases[paraphrase], {**c.params, **shown}), context)
+        clause = None if inj.clean_question else self._told_clause(t, c)
+        question = inj.clean_question or render_text(t.paraphrases[paraphrase], {**c.params, **shown})
         noisy_params = inj.params or c.params
         noisy_shown = shown
         if t.lexical and noisy_params.get(t.lexical) != c.params.get(t.lexical):
             # a lexical twin shows its own form; a false premise names the other concept the same way
             noisy_shown = {} if subtype == "lexical_variation" else shown_params(t, noisy_params, draw)
-        noisy_question = with_context(inj.question or render_text(t.paraphrases[paraphrase],
-                                                                  {**noisy_params, **noisy_shown}), context)
+        noisy_question = inj.question or render_text(t.paraphrases[paraphrase], {**noisy_params, **noisy_shown})
+        if clause is not None:  # both twins, covering the admission's own rows
+            question, noisy_question = (with_clause(q, clause.recordable, clause) for q in (question, noisy_question))
+        question, noisy_question = with_context(question, context), with_context(noisy_question, context)
         subjects = [int(c.params["subject_id"])] if t.level == "patient" and "subject_id" in c.params else []
         base_meta = {"answer_type": t.answer.type, "subject_ids": subjects, "entity": entity,
                      "paraphrase": paraphrase, "template_description": t.description, "tier": t.tier,
@@ -356,10 +362,33 @@ class Builder:
             return cohort_sentence(self.context_rows[cohort], pick)
         if not eligible(t, c.params):
             return "", ()
+        return context_sentence(self._admission_row(c), pick)
+
+    def _admission_row(self, c: Candidate) -> Any:
         key = ("hadm_id", c.params["hadm_id"]) if "hadm_id" in c.params else ("stay_id", c.params["stay_id"])
         if key not in self.context_rows:
             self.context_rows[key] = admission_row(self.verifier.clean_con, c.params)
-        return context_sentence(self.context_rows[key], pick)
+        return self.context_rows[key]
+
+    def _clauses(self, t: Template, c: Candidate) -> tuple[CourseClause, ...]:
+        """The admission's arrival and departure in clause form, for a question whose course may be told; a
+        population question's cohort passed the hospital's own doors."""
+        if t.level == "population":
+            return COHORT_CLAUSES
+        if not eligible(t, c.params):
+            return ()
+        return course_clauses(self._admission_row(c))
+
+    def _told_clause(self, t: Template, c: Candidate) -> CourseClause | None:
+        """Per entity, whatever the noise: the clause of the course a question opens with, if any (``CLAUSE_SHARE``
+        of those an out-of-scope twin could ask beyond; :mod:`ehrgym.bench.context`)."""
+        if not opens_with_clause(t):
+            return None
+        clauses = self._clauses(t, c)
+        rng = np.random.default_rng([self.seed, _stable_int(t.id, "clause"), c.index])
+        if not clauses or rng.random() >= CLAUSE_SHARE:
+            return None
+        return pick_clause(clauses, rng)
 
     def _display_draw(self, t: Template, c: Candidate) -> tuple[float, int]:
         """Per entity, whatever the noise: whether and which alias its questions name the concept by."""

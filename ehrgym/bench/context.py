@@ -27,6 +27,7 @@ none.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 LOCATION_COLUMNS = ("admission_location", "discharge_location")
@@ -185,3 +186,99 @@ def places_named(sentence: str) -> tuple[str, ...]:
             found += [(f" {sentence}".find(f" {phrase}"), place) for phrase, place in phrases
                       if place and f" {phrase}" in f" {sentence}"]
     return tuple(dict.fromkeys(place for _, place in sorted(found)))
+
+
+# ---------------------------------------------------------------- the course as a clause of the question
+
+# An out-of-scope twin may ask about the time beyond the record's edges: what was measured or given
+# before the patient came from another place, or after they left for one ("After the patient left for
+# the skilled nursing facility, …"). Its clean twin carries the same clause the other way round, which
+# is true of every row of the admission and changes nothing the gold SQL reads ("… before the patient
+# left for the skilled nursing facility": an admission's rows lie between its arrival and its
+# departure). The twins then differ in one word, "before" against "after", and which one is
+# unrecordable depends on the clause's side (arrival or departure) named words away: the same words
+# in the same counts on both sides, a difference no reader of words and word pairs can weigh.
+# Appending a place-qualified name instead ("the home potassium") left the place named twice in the
+# twin and once in its clean question, and put it where no clean question ever names a place.
+@dataclass(frozen=True)
+class CourseClause:
+    """One edge of an admission (or of every admission of a cohort) in clause form: ``text`` follows "before" or
+    "after"."""
+
+    side: str  # "arrival" or "departure"
+    text: str
+
+    @property
+    def recordable(self) -> str:
+        """The preposition under which the clause covers the admission's own rows."""
+        return "after" if self.side == "arrival" else "before"
+
+    @property
+    def unrecordable(self) -> str:
+        """The preposition under which it asks for what lies beyond the record (before the patient came,
+        after they left)."""
+        return "before" if self.side == "arrival" else "after"
+
+
+# arrival codes whose origin holds its own records (another hospital, a facility, the ambulance before the
+# emergency room, the referring physician's office); reviewed for truth of "after …" on every admission row
+ARRIVAL_CLAUSES: dict[str, tuple[str, ...]] = {
+    "TRANSFER FROM HOSPITAL": ("the patient came from the outside hospital", "the patient arrived from the "
+                               "referring hospital", "the transfer from the outside hospital"),
+    "TRANSFER FROM SKILLED NURSING FACILITY": ("the patient came from the skilled nursing facility",
+                                               "the patient arrived from the nursing home"),
+    "EMERGENCY ROOM": ("the patient came in through the emergency room", "the patient arrived in the emergency room"),
+    "PHYSICIAN REFERRAL": ("the patient was referred by the physician",),
+    "CLINIC REFERRAL": ("the patient was referred from the clinic",),
+}
+DEPARTURE_CLAUSES: dict[str, tuple[str, ...]] = {
+    "HOME": ("the patient went home", "the patient was discharged home"),
+    "HOME HEALTH CARE": ("the patient went home with home health care", "the patient was discharged home"),
+    "SKILLED NURSING FACILITY": ("the patient left for the skilled nursing facility",
+                                 "the patient was discharged to the skilled nursing facility"),
+    "REHAB": ("the patient left for the rehab facility", "the patient was discharged to the rehab facility"),
+    "HOSPICE": ("the patient went to hospice", "the patient was discharged to hospice"),
+    "CHRONIC/LONG TERM ACUTE CARE": ("the patient left for the long-term acute care hospital",),
+    "AGAINST ADVICE": ("the patient left against medical advice",),
+}
+
+
+def course_clauses(row: tuple[str | None, str | None, str | None] | None) -> tuple[CourseClause, ...]:
+    """The clauses an admission row's arrival and departure can be told in (empty: neither has one)."""
+    if row is None:
+        return ()
+    return (tuple(CourseClause("arrival", t) for t in ARRIVAL_CLAUSES.get(row[0] or "", ()))
+            + tuple(CourseClause("departure", t) for t in DEPARTURE_CLAUSES.get(row[1] or "", ())))
+
+
+# Clean twins of other pairs open with such a clause too, as often as this (drawn per entity, whatever the noise,
+# and then in both twins with the preposition that covers the admission): otherwise a clause would mark the pairs
+# whose noisy twin is out of scope, and from the noisy question alone a probe would read "abstain" off it.
+CLAUSE_SHARE = 0.5
+
+
+def pick_clause(clauses: Sequence[CourseClause], rng: Any) -> CourseClause:
+    """One clause: a side (arrival or departure) uniformly among those told, then one of its wordings, so that
+    neither preposition is more often the recordable one."""
+    sides = sorted({c.side for c in clauses})
+    side = sides[int(rng.integers(0, len(sides)))]
+    options = [c for c in clauses if c.side == side]
+    return options[int(rng.integers(0, len(options)))]
+
+
+# a population question's cohort came and went by different routes: its clauses name only the hospital's own
+# doors, which every admission of the cohort passed
+COHORT_CLAUSES: tuple[CourseClause, ...] = (CourseClause("arrival", "each patient arrived at the hospital"),
+                                            CourseClause("arrival", "the patients were admitted"),
+                                            CourseClause("departure", "each patient left the hospital"),
+                                            CourseClause("departure", "the patients were discharged"))
+
+
+def with_clause(question: str, preposition: str, clause: CourseClause) -> str:
+    """``question`` opened by "<Preposition> <clause>, " (its first word lowercased unless it is an abbreviation or
+    a code). At the front the preposition's neighbours are the same words in every question ("… the patient"), so
+    no word pair joins it to the template's own wording."""
+    first, _, rest = question.partition(" ")
+    if first[:1].isupper() and not any(ch.isupper() or ch.isdigit() for ch in first[1:]):
+        first = first.lower()
+    return f"{preposition.capitalize()} {clause.text}, {first}{' ' + rest if rest else ''}"

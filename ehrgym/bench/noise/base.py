@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 import duckdb
 import numpy as np
 
+from ehrgym.bench.context import CourseClause
 from ehrgym.bench.locality import ROW_IDS
 from ehrgym.bench.noise.cleaning import Cleaner
 from ehrgym.bench.noise.teaching import TeachingCard
@@ -42,6 +43,7 @@ class Injection:
     reason: str | None = None
     params: dict[str, Any] | None = None  # parameters of the noisy question (None: unchanged)
     question: str | None = None  # a replacement question (out of scope)
+    clean_question: str | None = None  # the clean twin's question where the pair rewrites it too (a course clause)
     cleaners: tuple[Cleaner, ...] = ()  # robust gold SQL = gold SQL over these cleaners
     robust_params: dict[str, Any] | None = None  # parameters of the robust gold SQL (None: clean ones)
     # for a contradiction: the evidence as it would be if the other record were the true one; the
@@ -63,6 +65,7 @@ class InjectContext:
     paraphrase: int = 0  # index of the paraphrase both twins are written in
     shown: dict[str, str] = field(default_factory=dict)  # parameter -> the alias the clean question shows
     places: tuple[str, ...] = ()  # places outside the record the question's context names (bench.context)
+    clauses: tuple[CourseClause, ...] = ()  # the admission's arrival and departure in clause form (bench.context)
     refused: str = ""  # why an injector that returned None declined (a build-report discard reason)
     # a decoy's context (bench.decoys.DecoyContext): the edit is aimed at a row that must not decide the answer
     harmless: ClassVar[bool] = False

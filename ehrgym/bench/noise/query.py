@@ -35,7 +35,8 @@ from ehrgym.bench.answers import gold_from_rows
 from ehrgym.bench.noise.base import InjectContext, Injection, Injector, register_injector
 from ehrgym.bench.noise.cleaning import plain_relation
 from ehrgym.bench.noise.lexicon import aliases, variants
-from ehrgym.bench.noise.scope import ends_clause, linked_phrases, slot_kind, swap_phrases
+from ehrgym.bench.context import CourseClause, pick_clause, with_clause
+from ehrgym.bench.noise.scope import CLAUSE_KINDS, ends_clause, linked_phrases, slot_kind, swap_phrases
 from ehrgym.bench.noise.similar import group_of
 from ehrgym.bench.noise.teaching import TeachingCard
 from ehrgym.bench.noise.values import parse_stamp
@@ -397,42 +398,53 @@ class LexicalVariation(Injector):
                          "answer", params=params, robust_params=dict(ctx.params))
 
 
+def named_kind(t: Template) -> str | None:
+    """The kind of measured thing a template's questions name (None: they name none to swap)."""
+    if not t.lexical or not any("{" + t.lexical + "}" in p for p in t.paraphrases):
+        return None
+    return slot_kind(t.lexical, t.evidence.table)
+
+
+def opens_with_clause(t: Template) -> bool:
+    """Whether the template's questions may open with a clause of the admission's course (its twins' out-of-scope
+    form, :meth:`OutOfScope._beyond_the_course`)."""
+    return named_kind(t) in CLAUSE_KINDS
+
+
 @register_injector
 class OutOfScope(Injector):
     subtype = "out_of_scope"
     reads_places = True
     teaching = TeachingCard(
         title="Out of scope",
-        definition=("The question asks for something no EHR table holds (e.g. the patient's favourite food, or the "
-                    "reason a doctor chose a drug)."),
+        definition=("The question asks for something no EHR table holds (e.g. the potassium the referring hospital "
+                    "measured, the heart rate after the patient left for a nursing facility, or the reason a doctor "
+                    "chose a drug)."),
         arises="Users ask a data assistant about things the record never captures.",
         trap=("The credulous agent still runs a query (usually the one for a similar, answerable question) and reports"
               " its result."),
         check="Ask whether any table and column could hold the answer before writing SQL.",
-        outcome=("Abstain with `out_of_scope`: the schema has no place for the answer, which is different from "
-                 "evidence that is missing."),
+        outcome=("Abstain with `out_of_scope` (`false_premise` is accepted too: a question about the time before the "
+                 "patient came or after they left is also about a window the admission does not cover): the schema "
+                 "has no place for the answer, which is different from evidence that is missing."),
     )
     outcome, reason = "abstain", "out_of_scope"
     description = "the question asks for something no EHR table holds"
-
-    @staticmethod
-    def _kind(t: Template) -> str | None:
-        """The kind of measured thing the template's questions name (None: they name none to swap)."""
-        if not t.lexical or not any("{" + t.lexical + "}" in p for p in t.paraphrases):
-            return None
-        return slot_kind(t.lexical, t.evidence.table)
 
     def fits(self, template: Template) -> bool:
         # A question that names no measured thing has nothing to swap: its out-of-scope twin would be
         # a different question (a fixed frame about the same entity), and such frames were the
         # wording a text-only probe recognised every time (27 of 27 on the paper build).
-        return self._kind(template) is not None
+        return named_kind(template) is not None
 
     def inject(self, ctx: InjectContext) -> Injection | None:
         t = ctx.template
-        kind = self._kind(t)
+        kind = named_kind(t)
         if kind is None or t.lexical is None:
             return None
+        clauses = ctx.clauses if kind in CLAUSE_KINDS else ()
+        if clauses:
+            return self._beyond_the_course(ctx, clauses)
         frames = [p for p in t.paraphrases if "{" + t.lexical + "}" in p]
         frame = t.paraphrases[ctx.paraphrase] if t.paraphrases[ctx.paraphrase] in frames else frames[0]
         shown = ctx.shown.get(t.lexical, str(ctx.params[t.lexical]))  # as the clean twin names it
@@ -449,3 +461,17 @@ class OutOfScope(Injector):
                                                   "to": question},
                                    description=f"asks for the {phrase!r}, which no table holds"),
                          "abstain", "out_of_scope", question=question)
+
+    def _beyond_the_course(self, ctx: InjectContext, clauses: tuple[CourseClause, ...]) -> Injection:
+        """Both twins close with a clause of the admission's course (:func:`ehrgym.bench.context.with_clause`): the
+        clean one with the preposition that covers the admission's own rows, this one with the other, asking for
+        what was measured or given before the patient came or after they left, which no table holds."""
+        clause = pick_clause(clauses, ctx.rng)
+        asked = render_text(ctx.template.paraphrases[ctx.paraphrase], {**ctx.params, **ctx.shown})
+        clean, question = (with_clause(asked, clause.recordable, clause), with_clause(asked, clause.unrecordable,
+                                                                                      clause))
+        return Injection(self.spec(question_edit={"kind": "out_of_scope", "param": None, "from": clean,
+                                                  "to": question},
+                                   description=f"asks for what lies {clause.unrecordable} {clause.text!r}, "
+                                               "which no table holds"),
+                         "abstain", "out_of_scope", question=question, clean_question=clean)

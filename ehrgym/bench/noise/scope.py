@@ -162,6 +162,17 @@ def swap_phrases(kind: str, name: str, at_clause_end: bool) -> list[str]:
     return out
 
 
+# ---------------------------------------------------------------- the time beyond the admission's course
+
+# Kinds of measured thing recorded with a time (a result, a charted value, a dose, a specimen, a procedure's date):
+# a question about them may close with a clause of the admission's course (``ehrgym.bench.context.with_clause``),
+# which its out-of-scope twin turns to the time before the patient came or after they left. A twin of such a kind
+# always takes that form when its admission's course can be told (a population question's cohort: the hospital's
+# own doors); a diagnosis, an admission type or a care unit carries no time a clause could bound.
+CLAUSE_KINDS = frozenset({"lab", "vital", "output", "drip", "drug", "specimen", "organism", "antibiotic",
+                          "procedure"})
+
+
 # ---------------------------------------------------------------- the places the question's context names
 
 # A patient question may carry its admission's course (:mod:`ehrgym.bench.context`: "The patient
