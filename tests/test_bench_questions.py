@@ -65,8 +65,9 @@ def _pairs(tasks, subtype):
 # Before clean questions used clinicians' aliases and the plan balanced every template's outcomes:
 # 0.54, 0.61 (lexical variation 0.72), 0.65 vs 0.51 (0.73 vs 0.75); before the query-level noise
 # was rewritten: 0.55, 0.72, majority + 0.12 (query-level + 0.13). On the `paper` build (1k
-# patients) the query-level probe is still 0.62 (out of scope 0.77; 0.64 and 0.84 before templates
-# without a name lost their out-of-scope twins): see the README.
+# patients, seed 0) the query-level probe reads 0.539 (0.497-0.581; out of scope 0.58) since
+# out-of-scope twins open with a clause of the course and ask beyond it; 0.603 (out of scope 0.79)
+# before: see the README.
 
 
 def test_question_text_does_not_reveal_the_variant(validity):
