@@ -56,6 +56,9 @@ def _stable_int(*parts: Any) -> int:
     return int(hashlib.sha256(repr(parts).encode()).hexdigest()[:15], 16)
 
 
+AttemptKey = tuple[str, str, int]  # (template id, subtype, candidate index)
+
+
 @dataclass
 class Draft:
     """One verified pair before splits are assigned."""
@@ -93,6 +96,15 @@ class BuildStats:
         for sub, counter in other.discarded_by_subtype.items():
             self.discarded_by_subtype[sub].update(counter)
         self.warnings.extend(w for w in other.warnings if w not in self.warnings)
+
+    def replay(self, effects: "BuildStats") -> None:
+        """Add what one attempt recorded elsewhere (``Builder.memo``), as if it had run here: warnings in order,
+        none dropped as a repeat (unlike :meth:`merge`)."""
+        for name in ("candidates", "ineligible", "attempts", "discarded", "timings"):
+            getattr(self, name).update(getattr(effects, name))
+        for sub, counter in effects.discarded_by_subtype.items():
+            self.discarded_by_subtype[sub].update(counter)
+        self.warnings.extend(effects.warnings)
 
     def discard(self, subtype: str, reason: str) -> None:
         self.discarded[reason] += 1
@@ -155,6 +167,11 @@ class Builder:
         self._ineligible: dict[str, Counter] = {}
         self.clean_problem: dict[tuple[str, int], str] = {}
         self._all_drawn: dict[str, bool] = {}
+        # (template id, subtype, candidate index) -> an attempt's draft (or None) and the stats it recorded, made
+        # ahead in a helper process (:class:`_Speculator`): an attempt depends on nothing else, so it is taken
+        # from here instead of being made again
+        self.memo: dict[AttemptKey, tuple[Draft | None, BuildStats]] = {}
+        self.recorded: dict[AttemptKey, tuple[Draft | None, BuildStats]] | None = None  # a helper's attempts
 
     # ---------------------------------------------------------------- planning
     def applicable(self, t: Template) -> list[str]:
@@ -231,6 +248,24 @@ class Builder:
         return self.clean_cache[key]
 
     def attempt(self, t: Template, subtype: str, c: Candidate) -> Draft | None:
+        key = (t.id, subtype, c.index)
+        known = self.memo.pop(key, None)
+        if known is not None:
+            draft, effects = known
+            self.stats.replay(effects)
+            return draft
+        if self.recorded is None:
+            return self._attempt_now(t, subtype, c)
+        kept, self.stats = self.stats, BuildStats()
+        try:
+            draft = self._attempt_now(t, subtype, c)
+        finally:
+            effects, self.stats = self.stats, kept
+        self.stats.replay(effects)
+        self.recorded[key] = (draft, effects)
+        return draft
+
+    def _attempt_now(self, t: Template, subtype: str, c: Candidate) -> Draft | None:
         if not INJECTORS[subtype].accepts(t, c.params):
             self.stats.discard(subtype, "entity_not_applicable")
             return None
@@ -536,14 +571,8 @@ class Builder:
         """After the first pass and :meth:`_balance`: keep every template at half answer / half abstain (step 5
         of the plan, ``ehrgym.bench.configs``) and make the pairs still missing; returns the shortfall."""
         st = self._sides(slots, drafts)
-        both, made = st.both, st.made
+        both = st.both
         cell_of = {slot.template.id: (slot.template.intent, slot.template.level) for slot in slots}
-
-        def fill(tid: str, side: str, n: int) -> int:
-            return self._fill_side(st, tid, side, n, drafts, bar)
-
-        def drop(tid: str, side: str, n: int) -> None:
-            self._drop(st, tid, side, n, drafts, bar)
 
         quota: Counter = Counter()
         for slot in slots:
@@ -558,26 +587,28 @@ class Builder:
                 open_tids = [tid for tid in tids if tid not in closed]
                 if not open_tids:
                     break
-                for tid in open_tids:
+                for i, tid in enumerate(open_tids):
                     if n <= 0:
                         break
-                    a, b = made[(tid, "answer")], made[(tid, "abstain")]
-                    order = ("answer", "abstain") if n >= 2 else ("answer",) if b > a else ("abstain",)
-                    got = [fill(tid, side, 1) for side in order]
-                    if not all(got):
+                    if speculator is not None:
+                        speculator.before(st, tid, open_tids[i + 1] if i + 1 < len(open_tids) else None, n)
+                    made_couple, size = self._couple(st, tid, n, drafts, bar)
+                    if not made_couple:
                         closed.add(tid)
-                        for side, g in zip(order, got):
-                            if g:
-                                drop(tid, side, 1)  # half a couple would tip the template
                         continue
-                    n -= len(order)
+                    n -= size
             return n
 
-        for cell in sorted(deficit):  # 2. the cell's missing pairs in couples, then with abstain-only slots
-            if deficit[cell] > 0:
-                deficit[cell] = couples([tid for tid in both if cell_of[tid] == cell], deficit[cell])
-        remaining = sum(max(d, 0) for d in deficit.values())
-        remaining = couples(both, remaining)  # 3. anywhere in couples
+        speculator = _Speculator.start(self) if self.config.workers > 1 and both else None
+        try:
+            for cell in sorted(deficit):  # 2. the cell's missing pairs in couples, then with abstain-only slots
+                if deficit[cell] > 0:
+                    deficit[cell] = couples([tid for tid in both if cell_of[tid] == cell], deficit[cell])
+            remaining = sum(max(d, 0) for d in deficit.values())
+            remaining = couples(both, remaining)  # 3. anywhere in couples
+        finally:
+            if speculator is not None:
+                speculator.close()
         single = [s for s in slots if s.template.id not in both and s.subtype not in MARKED_SUBTYPES
                   and outcome_of(s.template, s.subtype) == "abstain"]
         if remaining:  # 4. one-outcome templates (abstain-only keep the balance), then any slot
@@ -585,6 +616,20 @@ class Builder:
         if remaining:
             remaining = self._round_robin(slots, remaining, drafts, bar)
         return remaining
+
+    def _couple(self, st: "_Sides", tid: str, n: int, drafts: list[Draft], bar: Any) -> tuple[bool, int]:
+        """One answer/abstain couple of a template while ``n`` pairs are missing (one pair, on the short side, when
+        ``n`` < 2); returns whether it was made and how many pairs it is. Half a couple is dropped again: it would
+        tip the template."""
+        a, b = st.made[(tid, "answer")], st.made[(tid, "abstain")]
+        order = ("answer", "abstain") if n >= 2 else ("answer",) if b > a else ("abstain",)
+        got = [self._fill_side(st, tid, side, 1, drafts, bar) for side in order]
+        if all(got):
+            return True, len(order)
+        for side, g in zip(order, got):
+            if g:
+                self._drop(st, tid, side, 1, drafts, bar)
+        return False, len(order)
 
     def _round_robin(self, slots: list[_Slot], deficit: int, drafts: list[Draft], bar: tqdm) -> int:
         while deficit > 0:
@@ -719,6 +764,153 @@ def run_worker_processes(jobs: list[Any], bar: Any | None = None, poll_seconds: 
     return results
 
 
+SideSlots = list[tuple[str, str, int, int, int, int, bool]]  # (side, subtype, quota, made, pointer, failures, exhausted)
+CoupleJob = tuple[str, set[str], SideSlots, set[int], dict[Any, Counter], int, int, int, int]
+
+
+class _Speculator:
+    """A helper process that makes a template's next couple (:meth:`Builder._couple`) while this process makes the
+    one before it, in the settling passes that otherwise run here alone after the workers.
+
+    The helper runs the couple on a copy of the template's state (its slots, used entities, answer counts) and sends
+    back every attempt it made (:attr:`Builder.recorded`). An attempt depends only on its template, subtype and
+    entity, so this process then takes them from :attr:`Builder.memo` as it runs the same couple: what it makes is
+    what it would make alone. A guess that turns out wrong (the couple before changed how many pairs are missing)
+    only leaves attempts unused; a helper that fails only stops the speeding up.
+    """
+
+    def __init__(self, builder: "Builder", proc: Any, err_file: Any) -> None:
+        self.builder, self.proc, self.err_file = builder, proc, err_file
+        self.pending: str | None = None  # the template whose couple the helper is making
+
+    @classmethod
+    def start(cls, builder: "Builder") -> "_Speculator | None":
+        import pickle
+        import subprocess
+        import sys
+        import tempfile
+
+        err_file = tempfile.TemporaryFile()
+        try:
+            proc = subprocess.Popen([sys.executable, "-m", "ehrgym.bench.worker"], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=err_file, env=_worker_env(2))
+            assert proc.stdin is not None
+            state = (str(builder.db_path), builder.config, builder.seed, builder.templates, builder.candidates,
+                     builder.clean_cache, builder.clean_problem, builder.max_ids)
+            pickle.dump(({"serve": state}, None), proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
+            proc.stdin.flush()
+        except OSError:
+            err_file.close()
+            return None
+        return cls(builder, proc, err_file)
+
+    def before(self, st: "_Sides", tid: str, next_tid: str | None, n: int) -> None:
+        """Called before this process makes ``tid``'s couple with ``n`` pairs missing: take the helper's attempts
+        if it made that couple, else hand it ``next_tid``'s couple (guessing this one is made) and go on."""
+        if self.proc is None:
+            return
+        if self.pending is not None:
+            ahead = self.pending == tid
+            self._collect()
+            if ahead:
+                return  # this couple comes from the memo; the helper takes the one after the next
+        left = n - (2 if n >= 2 else 1)
+        if next_tid is not None and left > 0:
+            self._send(st, next_tid, left)
+
+    def _send(self, st: "_Sides", tid: str, n: int) -> None:
+        import pickle
+
+        b = self.builder
+        slots = [(side, s.subtype, s.quota, s.made, s.pointer, s.failures, s.exhausted)
+                 for side in ("answer", "abstain") for s in st.sides[tid][side]]
+        answers = {g: Counter(c) for g, c in b.answers.items() if g[0] == tid}
+        job: CoupleJob = (tid, set(st.pool[tid]), slots, set(b.used[tid]), answers, st.made[(tid, "answer")],
+                          st.made[(tid, "abstain")], st.query_abstain[tid], n)
+        try:
+            assert self.proc.stdin is not None
+            pickle.dump(job, self.proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
+            self.proc.stdin.flush()
+            self.pending = tid
+        except OSError:
+            self._stop()
+
+    def _collect(self) -> None:
+        import pickle
+
+        self.pending = None
+        try:
+            assert self.proc.stdout is not None
+            self.builder.memo.update(pickle.load(self.proc.stdout))
+        except (OSError, EOFError, pickle.UnpicklingError):
+            self._stop()
+
+    def _stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+        self.pending = None
+
+    def close(self) -> None:
+        import pickle
+        import subprocess
+
+        if self.proc is not None and self.pending is not None:
+            self._collect()
+        if self.proc is not None:
+            try:
+                pickle.dump(None, self.proc.stdin)
+                self.proc.stdin.close()
+                self.proc.wait(timeout=60)
+            except (OSError, subprocess.TimeoutExpired):
+                self._stop()
+            self.proc = None
+        self.err_file.close()
+        self.builder.memo.clear()  # attempts the settling never asked for
+
+
+def serve_couples(state: tuple[Any, ...], requests: Any, replies: Any) -> None:
+    """The helper of :class:`_Speculator`: reads couple jobs until None, answers each with the attempts it made."""
+    import pickle
+
+    db_path, config, seed, templates, candidates, clean_cache, clean_problem, max_ids = state
+    b = Builder(db_path, config, seed, progress=False, templates=templates)
+    b.candidates, b.clean_cache, b.clean_problem, b.max_ids = candidates, clean_cache, clean_problem, max_ids
+    by_id = {t.id: t for t in templates}
+    bar = _FileProgress(None)
+    try:
+        while True:
+            job = pickle.load(requests)
+            if job is None:
+                return
+            pickle.dump(_speculate_couple(b, by_id, job, bar), replies, protocol=pickle.HIGHEST_PROTOCOL)
+            replies.flush()
+    finally:
+        b.close()
+
+
+def _speculate_couple(b: "Builder", by_id: dict[str, Template], job: CoupleJob,
+                      bar: Any) -> dict[AttemptKey, tuple[Draft | None, BuildStats]]:
+    tid, pool, slots, used, answers, made_answer, made_abstain, query_abstain, n = job
+    t = by_id[tid]
+    sides: dict[str, list[_Slot]] = {"answer": [], "abstain": []}
+    for side, subtype, quota, made, pointer, failures, exhausted in slots:
+        slot = _Slot(t, subtype, quota)
+        slot.made, slot.pointer, slot.failures, slot.exhausted = made, pointer, failures, exhausted
+        sides[side].append(slot)
+    b.used[tid] = set(used)
+    b.answers = defaultdict(Counter, answers)
+    st = _Sides({tid: pool}, {tid: sides}, [tid],
+                Counter({(tid, "answer"): made_answer, (tid, "abstain"): made_abstain}), Counter({tid: query_abstain}))
+    b.recorded = {}
+    try:
+        b._couple(st, tid, n, [], bar)
+        return b.recorded
+    finally:
+        b.recorded = None
+
+
 BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
@@ -736,6 +928,7 @@ def _worker_env(workers: int) -> dict[str, str]:
 
 
 WorkerJob = tuple[str, BuildConfig, int, list[tuple[Template, list[tuple[str, int]], list[Candidate]]], str]
+
 
 
 def _claim(claims: str, i: int) -> bool:

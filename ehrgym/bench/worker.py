@@ -22,6 +22,11 @@ def main() -> None:
     all_templates()
 
     job = pickle.load(sys.stdin.buffer)
+    if isinstance(job[0], dict) and "serve" in job[0]:
+        from ehrgym.bench.builder import serve_couples
+
+        serve_couples(job[0]["serve"], sys.stdin.buffer, sys.stdout.buffer)
+        return
     if isinstance(job[0], dict) and "call" in job[0]:
         result = job[0]["call"](*job[0]["args"])
     else:

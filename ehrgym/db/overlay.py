@@ -122,10 +122,17 @@ class Overlay:
         return cls(tuple(TableEdit.from_dict(e) for e in data.get("edits", [])))
 
 
+# cells of these exact types are stored as they are (the build converts millions of cells: checked first)
+_JSON_AS_IS: frozenset[type] = frozenset({int, str, bool, type(None)})
+
+
 def to_json_value(value: Any) -> Any:
     """Convert a DuckDB/pandas cell to the JSON form overlays store."""
-    if value is None:
-        return None
+    kind = type(value)
+    if kind in _JSON_AS_IS:
+        return value
+    if kind is float:
+        return None if math.isnan(value) else value
     if isinstance(value, float) and math.isnan(value):
         return None
     if isinstance(value, dt.datetime):
@@ -141,6 +148,11 @@ def sql_literal(value: Any, duckdb_type: str) -> str:
     """A typed SQL literal for an overlay cell."""
     if value is None:
         return f"CAST(NULL AS {duckdb_type})"
+    kind = type(value)  # the two kinds nearly every cell is, checked first (views inline thousands of cells)
+    if kind is int:
+        return f"CAST({value!r} AS {duckdb_type})"
+    if kind is str:
+        return f"CAST('{value.replace(chr(39), chr(39) * 2)}' AS {duckdb_type})"
     if isinstance(value, bool):
         value = int(value)
     if isinstance(value, (int, float)) and not isinstance(value, bool):

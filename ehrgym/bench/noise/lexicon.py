@@ -22,6 +22,7 @@ has only one: measured on a `paper` build, lexical variation 0.70.)
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 LEXICON: dict[str, tuple[str, ...]] = {}
 
@@ -201,6 +202,7 @@ def _distance(a: str, b: str) -> int:
     return prev[-1]
 
 
+@lru_cache(maxsize=65536)  # a pure function of two strings, asked again for every candidate of a template
 def is_misspelling(form: str, name: str) -> bool:
     """A form that misspells a word of ``name`` (within two edits of it) rather than naming it
     another way ("potasium", "creatnine"; not "K", "serum K", "heart-rate", "Lasix")."""
