@@ -566,3 +566,18 @@ def test_a_course_clause_marks_no_pair_and_no_variant(built):
         assert _told(noisy.question) == clause, (twin.question, noisy.question)
         assert clause[0] == clause[1].recordable, twin.question
     assert told >= 40 and could >= 40 and abs(told_cohorts / could - CLAUSE_SHARE) < 0.15, (told_cohorts, could)
+
+
+def test_no_one_reason_is_right_on_most_abstentions(built):
+    """Strict scoring checks the reason so that an abstention says what the evidence shows. Equivalences
+    (``ehrgym.vocab.ACCEPTED_REASONS``) widen what each reason earns; a reason accepted on nearly every abstaining
+    twin would let a policy earn the strict reward without reading why. Out of scope accepting false premise (the
+    time beyond the course is also a window the admission does not cover) took false premise from 0.53 to 0.71 of
+    the abstaining test twins on the `make reproduce` benchmark; insufficient evidence reads 0.55 there."""
+    from ehrgym.vocab import ABSTAIN_REASONS, accepted_reasons
+
+    abstaining = [t for t in built if t.variant == "noise" and t.expected.is_abstain]
+    shares = {r: sum(r in accepted_reasons(t.noise.subtype, t.expected.reason) for t in abstaining) / len(abstaining)
+              for r in ABSTAIN_REASONS}
+    assert max(shares.values()) <= 0.75, shares
+    assert shares["out_of_scope"] < 0.35, shares  # no equivalence takes it beyond its own twins

@@ -930,7 +930,6 @@ def _worker_env(workers: int) -> dict[str, str]:
 WorkerJob = tuple[str, BuildConfig, int, list[tuple[Template, list[tuple[str, int]], list[Candidate]]], str]
 
 
-
 def _claim(claims: str, i: int) -> bool:
     """Whether this worker takes job ``i``: the first to create its claim file does (atomic on one machine)."""
     import os

@@ -442,9 +442,8 @@ class OutOfScope(Injector):
         kind = named_kind(t)
         if kind is None or t.lexical is None:
             return None
-        clauses = ctx.clauses if kind in CLAUSE_KINDS else ()
-        if clauses:
-            return self._beyond_the_course(ctx, clauses)
+        if opens_with_clause(t) and ctx.clauses:
+            return self._beyond_the_course(ctx, ctx.clauses)
         frames = [p for p in t.paraphrases if "{" + t.lexical + "}" in p]
         frame = t.paraphrases[ctx.paraphrase] if t.paraphrases[ctx.paraphrase] in frames else frames[0]
         shown = ctx.shown.get(t.lexical, str(ctx.params[t.lexical]))  # as the clean twin names it
@@ -463,7 +462,7 @@ class OutOfScope(Injector):
                          "abstain", "out_of_scope", question=question)
 
     def _beyond_the_course(self, ctx: InjectContext, clauses: tuple[CourseClause, ...]) -> Injection:
-        """Both twins close with a clause of the admission's course (:func:`ehrgym.bench.context.with_clause`): the
+        """Both twins open with a clause of the admission's course (:func:`ehrgym.bench.context.with_clause`): the
         clean one with the preposition that covers the admission's own rows, this one with the other, asking for
         what was measured or given before the patient came or after they left, which no table holds."""
         clause = pick_clause(clauses, ctx.rng)

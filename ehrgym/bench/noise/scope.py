@@ -165,7 +165,7 @@ def swap_phrases(kind: str, name: str, at_clause_end: bool) -> list[str]:
 # ---------------------------------------------------------------- the time beyond the admission's course
 
 # Kinds of measured thing recorded with a time (a result, a charted value, a dose, a specimen, a procedure's date):
-# a question about them may close with a clause of the admission's course (``ehrgym.bench.context.with_clause``),
+# a question about them may open with a clause of the admission's course (``ehrgym.bench.context.with_clause``),
 # which its out-of-scope twin turns to the time before the patient came or after they left. A twin of such a kind
 # always takes that form when its admission's course can be told (a population question's cohort: the hospital's
 # own doors); a diagnosis, an admission type or a care unit carries no time a clause could bound.
