@@ -72,6 +72,8 @@ def main() -> None:
     card = [s["total"] - s["pairs"] - s["writing"] for s in splits]
     print(f"median pairs phase     {statistics.median(s['pairs'] for s in splits):7.1f} s   (wall)")
     print(f"median card + validity {statistics.median(card):7.1f} s   (wall)")
+    for name in splits[-1].get("card_sections", {}):  # each section's wall time, in its own process
+        print(f"  median {name:22s} {statistics.median(s['card_sections'].get(name, 0) for s in splits):7.1f} s")
     print(f"median total           {med:7.1f} s   ratio to the {TARGET_SECONDS:.0f} s target: {med / TARGET_SECONDS:.2f}")
 
 

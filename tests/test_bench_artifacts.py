@@ -474,3 +474,23 @@ def test_the_decoy_side_judges_only_clean_twins_decoys(decoyed_twins):
     assert decoyed_pairs(decoyed_twins, 10_000) <= {t.pair_id for t in clean}
     with pytest.raises(ValueError, match="unknown side"):
         judged_overlay(clean[0], "background")
+
+
+@pytest.mark.parametrize("segments", [64, 1], ids=["rowid-ranges", "sorted-span"])
+def test_inserted_cells_read_back_exactly_as_stored(session, segments, monkeypatch):
+    """Inserted rows are one VALUES list of text cells cast per column: every cell reads back as the overlay stores
+    it (shortest-repr floats to the last bit, quotes, NULLs, a float in an integer column rounded as a cast would),
+    whatever the rows at one anchor hold side by side."""
+    from ehrgym.db import overlay
+
+    monkeypatch.setattr(overlay, "SEGMENTS", segments)
+    con = session.con
+    template = fetch_rows(con, "labevents", [3], "base")[3]
+    cells = [(0.1 + 0.2, "it's 7.2", 5), (1e-300, None, 6), (123456789.123456, "1,2", 7), (None, "x H", 8.0),
+             (2.5e20, "", 9), (-0.0, "'; DROP TABLE x; --", 10)]
+    rows = tuple({**template, "subject_id": -7, "valuenum": v, "value": s, "labevent_id": i} for v, s, i in cells)
+    session.apply(Overlay((TableEdit("labevents", (), rows, (3, 3, 3, 20, 20, 40)),)))
+    got = con.execute("SELECT valuenum, value, labevent_id FROM mimiciv_hosp.labevents WHERE subject_id = -7").fetchall()
+    assert got == [(v, s, round(i)) for v, s, i in cells]  # in the order stored
+    assert str(got[-1][0]) == "-0.0" and got[0][0] == 0.30000000000000004
+    session.clear()

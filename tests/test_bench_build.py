@@ -119,8 +119,11 @@ def test_files_manifest_card_and_parquet(small, synth_db):
     assert table.num_rows == 2 * CONFIGS["small"].pairs
     assert table.column("task_id").to_pylist() == [t.task_id for t in load_tasks_jsonl(out / "tasks.jsonl")]
     report = json.loads((out / "build_report.json").read_text())
-    assert set(report["timings_seconds"]) >= {"sampling", "gold_execution", "verification", "total"}
+    timings = report["timings_seconds"]
+    assert set(timings) >= {"sampling", "gold_execution", "verification", "card", "total"}
     card = json.loads((out / "card.json").read_text())
+    # each validity section's wall time is reported beside the build's (never in the card, which is deterministic)
+    assert set(timings["card_sections"]) == set(card["validity"])
     assert card["sql_complexity"]["mean_all_gold"] > 5
     assert sum(card["by_subtype"].values()) == card["pairs"]
     assert "| labs |" in (out / "card.md").read_text()

@@ -414,27 +414,52 @@ def collect(db: str | Path, tasks: list[Task], seed: int = 0, per_subtype: int =
 
     ``workers`` > 1 judges the tasks in that many worker processes (``python -m ehrgym.bench.worker``, as the
     build's); each task draws from its own stream, so the rows do not depend on it."""
+    chosen = _chosen(tasks, per_subtype, side)
+    return _assembled(chosen, _judge(db, _wanted([(side, chosen)]), seed, workers), side)
+
+
+Chosen = dict[str, list[Task]]  # subtype -> the tasks judged for it, in task-id order
+
+
+def _chosen(tasks: list[Task], per_subtype: int, side: str) -> Chosen:
     by_sub: dict[str, list[Task]] = defaultdict(list)
     for t in sorted(tasks, key=lambda t: t.task_id):
         judged = judged_overlay(t, side)
         if judged is not None and any(e.insert_rows for e in judged[1].edits):
             by_sub[judged[0]].append(t)
-    items = [(sub, i, t) for sub, group in sorted(by_sub.items()) for i, t in enumerate(group[:per_subtype])]
-    parts = max(1, min(workers, len(items)))
-    if parts > 1:
-        from ehrgym.bench.builder import run_worker_processes
+    return {sub: group[:per_subtype] for sub, group in sorted(by_sub.items())}
 
-        got: dict[tuple[str, int], TaskRows] = {}
-        for part in run_worker_processes([{"call": _collect_tasks, "args": (str(db), items[k::parts], seed, side)}
-                                          for k in range(parts)]):  # interleaved: subtypes differ in cost
-            got.update(part)
-    else:
-        got = _collect_tasks(str(db), items, seed, side)
+
+def _wanted(selections: list[tuple[str, Chosen]]) -> list[tuple[str, Task]]:
+    """Each (side, task) of the selections once, in order (a task's rows are the same in every selection)."""
+    seen: dict[tuple[str, str], tuple[str, Task]] = {}
+    for side, chosen in selections:
+        for group in chosen.values():
+            for t in group:
+                seen.setdefault((side, t.task_id), (side, t))
+    return list(seen.values())
+
+
+def _judge(db: str | Path, wanted: list[tuple[str, Task]], seed: int, workers: int
+           ) -> dict[tuple[str, str], "TaskRows"]:
+    parts = max(1, min(workers, len(wanted)))
+    if parts == 1:
+        return _collect_tasks(str(db), wanted, seed)
+    from ehrgym.bench.builder import run_worker_processes
+
+    got: dict[tuple[str, str], TaskRows] = {}
+    for part in run_worker_processes([{"call": _collect_tasks, "args": (str(db), wanted[k::parts], seed)}
+                                      for k in range(parts)]):  # interleaved: subtypes differ in cost
+        got.update(part)
+    return got
+
+
+def _assembled(chosen: Chosen, got: dict[tuple[str, str], "TaskRows"], side: str) -> dict[str, RowSet]:
     out: dict[str, RowSet] = {}
-    for sub in sorted(by_sub):
+    for sub, group in chosen.items():
         feats, labels, owner, where = [], [], [], []
-        for i in range(min(per_subtype, len(by_sub[sub]))):
-            f, lab, who, table = got[(sub, i)]
+        for t in group:
+            f, lab, who, table = got[(side, t.task_id)]
             feats += f
             labels += lab
             owner += who
@@ -469,15 +494,15 @@ def noise_against_decoys(noise: RowSet, decoys: RowSet) -> RowSet:
 TaskRows = tuple[list[list[float]], list[int], list[int], str]
 
 
-def _collect_tasks(db: str, items: list[tuple[str, int, Task]], seed: int, side: str = "noise"
-                   ) -> dict[tuple[str, int], TaskRows]:
-    """Features, labels, fold keys and evidence table of the rows of each ``(subtype, index, task)``."""
+def _collect_tasks(db: str, wanted: list[tuple[str, Task]], seed: int) -> dict[tuple[str, str], TaskRows]:
+    """Features, labels, fold keys and evidence table of the rows each ``(side, task)`` touched."""
     con, session = overlay_connection(db)  # one thread: scan order as one reader sees it
-    out: dict[tuple[str, int], TaskRows] = {}
+    out: dict[tuple[str, str], TaskRows] = {}
     try:
-        for sub, i, task in items:
+        for side, task in wanted:
             f, lab, who = task_rows(session, task, _task_rng(seed, task), side)
-            out[(sub, i)] = (f, lab, [_fold_key(task, w) for w in who], _templates()[task.template_id].evidence.table)
+            out[(side, task.task_id)] = (f, lab, [_fold_key(task, w) for w in who],
+                                         _templates()[task.template_id].evidence.table)
     finally:
         con.close()
     return out
@@ -499,17 +524,18 @@ def artifact_report(db: str | Path, tasks: list[Task], seed: int = 0, per_subtyp
     """``{subtype: {balanced_accuracy, entities, touched_rows, base_rows}}`` for noise rows against base rows and, with
     ``decoys``, for decoy rows against base rows (``decoys_by_subtype``) and noise rows against decoy rows
     (``noise_vs_decoy``, where ``base_rows`` counts the decoy rows), and the bar."""
-    noise = collect(db, tasks, seed, per_subtype, workers)
+    # the noise and the decoy of the same pairs (same template, patient and evidence table): what differs between
+    # the two sides is then only which row was touched and how it is stored. Every task is judged once, in one
+    # round of worker processes (a noisy twin of a decoyed pair is often among the noise sample too).
+    noise = _chosen(tasks, per_subtype, "noise")
+    twins = [t for t in tasks if t.pair_id in decoyed_pairs(tasks, per_subtype)] if decoys else []
+    decoy_side, paired = _chosen(twins, len(twins), "decoy"), _chosen(twins, len(twins), "noise")
+    got = _judge(db, _wanted([("noise", noise), ("decoy", decoy_side), ("noise", paired)]), seed, workers)
     report: dict[str, Any] = {"bar": BAR, "features": list(FEATURES), "tasks_per_subtype": per_subtype,
-                              "by_subtype": {sub: _summary(rows) for sub, rows in noise.items()}}
+                              "by_subtype": {sub: _summary(rows) for sub, rows in _assembled(noise, got, "noise").items()}}
     if not decoys:
         return report
-    # the noise and the decoy of the same pairs (same template, patient and evidence table): what differs between
-    # the two sides is then only which row was touched and how it is stored
-    pairs = decoyed_pairs(tasks, per_subtype)
-    twins = [t for t in tasks if t.pair_id in pairs]
-    decoy_rows = collect(db, twins, seed, len(twins), workers, side="decoy")
-    paired_noise = collect(db, twins, seed, len(twins), workers)
+    decoy_rows, paired_noise = _assembled(decoy_side, got, "decoy"), _assembled(paired, got, "noise")
     report["decoys_by_subtype"] = {sub: _judged(rows) for sub, rows in decoy_rows.items()}
     report["noise_vs_decoy"] = {sub: _judged(noise_against_decoys(paired_noise[sub], rows))
                                 for sub, rows in decoy_rows.items() if sub in paired_noise}

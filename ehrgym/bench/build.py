@@ -78,7 +78,10 @@ def build_benchmark(db: str | Path, out: str | Path, config: str | BuildConfig =
                              "(ehrgym.bench.configs)"),
             # what this database could not support (e.g. a demo copy without icu/chartevents)
             "limitations": list(builder.stats.warnings)}
-    card = make_card(tasks, info, db=Path(db), seed=int(seed), workers=cfg.workers)
+    t_card = time.perf_counter()
+    sections: dict[str, float] = {}
+    card = make_card(tasks, info, db=Path(db), seed=int(seed), workers=cfg.workers, seconds=sections)
+    t_card = time.perf_counter() - t_card
     stats = builder.stats
     attempts = sum(stats.attempts.values())
     report: dict[str, Any] = {
@@ -119,6 +122,8 @@ def build_benchmark(db: str | Path, out: str | Path, config: str | BuildConfig =
     report["timings_seconds"]["pairs"] = round(t_pairs - t_start, 3)
     report["timings_seconds"]["writing"] = round(t_end - t_write, 3)
     report["timings_seconds"]["total"] = round(t_end - t_start, 3)
+    report["timings_seconds"]["card"] = round(t_card, 3)
+    report["timings_seconds"]["card_sections"] = dict(sorted(sections.items(), key=lambda kv: -kv[1]))
     report["timings_seconds"]["cpu"] = round(_cpu_seconds() - cpu_start, 3)  # this process + worker processes
     from ehrgym.bench.dataset import dump_json
 

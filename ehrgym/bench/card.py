@@ -26,8 +26,9 @@ def _nested(counter: Counter) -> dict[str, Any]:
 
 
 def make_card(tasks: list[Task], info: dict[str, Any], db: Path | None = None, seed: int = 0,
-              workers: int = 1) -> dict[str, Any]:
-    """The benchmark card; ``workers`` processes compute its validity report (same numbers for any count)."""
+              workers: int = 1, seconds: dict[str, float] | None = None) -> dict[str, Any]:
+    """The benchmark card; ``workers`` processes compute its validity report (same numbers for any count);
+    ``seconds`` receives each validity section's wall time."""
     noise = [t for t in tasks if t.variant == "noise"]
     clean = [t for t in tasks if t.variant == "clean"]
     noise_specs = [t.noise for t in noise if t.noise is not None]  # every noise task carries its spec
@@ -64,7 +65,7 @@ def make_card(tasks: list[Task], info: dict[str, Any], db: Path | None = None, s
             "by_tier": complexity_by_tier(tasks),
         },
         "by_tier": dict(sorted(Counter(str(t.meta.get("tier", "unknown")) for t in noise).items())),
-        "validity": validity_report(ValidityContext(tasks, db, seed, workers)),
+        "validity": validity_report(ValidityContext(tasks, db, seed, workers), seconds),
     }
 
 

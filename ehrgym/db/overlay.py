@@ -144,25 +144,6 @@ def to_json_value(value: Any) -> Any:
     return value
 
 
-def sql_literal(value: Any, duckdb_type: str) -> str:
-    """A typed SQL literal for an overlay cell."""
-    if value is None:
-        return f"CAST(NULL AS {duckdb_type})"
-    kind = type(value)  # the two kinds nearly every cell is, checked first (views inline thousands of cells)
-    if kind is int:
-        return f"CAST({value!r} AS {duckdb_type})"
-    if kind is str:
-        return f"CAST('{value.replace(chr(39), chr(39) * 2)}' AS {duckdb_type})"
-    if isinstance(value, bool):
-        value = int(value)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if isinstance(value, float) and not math.isfinite(value):
-            raise OverlayError(f"non-finite value {value!r} cannot be stored in an overlay")
-        return f"CAST({value!r} AS {duckdb_type})"
-    text = str(value).replace("'", "''")
-    return f"CAST('{text}' AS {duckdb_type})"
-
-
 def fetch_rows(con: duckdb.DuckDBPyConnection, table: str, rowids: list[int],
                catalog: str | None = None) -> dict[int, JsonRow]:
     """Full rows of ``table`` by base rowid, JSON-ready."""
@@ -245,6 +226,35 @@ def _not_deleted(rowids: list[int]) -> str:
             f"ELSE {_not_deleted(rowids[mid:])} END")
 
 
+def _cell_text(value: Any) -> str:
+    """An inserted cell as the text literal its view casts to the column's type: every cell of a ``VALUES`` list
+    is text (or NULL), so rows never disagree on a column's type, and a number's shortest repr casts back to it."""
+    if value is None:
+        return "NULL"
+    kind = type(value)
+    if kind is str:
+        return "'" + value.replace("'", "''") + "'"
+    if isinstance(value, bool):
+        return "'1'" if value else "'0'"
+    if isinstance(value, float) and not math.isfinite(value):
+        raise OverlayError(f"non-finite value {value!r} cannot be stored in an overlay")
+    text = repr(value) if isinstance(value, (int, float)) else str(value)
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _rows_sql(spec: TableSpec, rows: list[tuple[int, int, JsonRow]], keyed: bool) -> str:
+    """Inserted rows, in the given order, as one ``VALUES`` list cast once per column. A ``SELECT`` of typed
+    literals per row made DuckDB bind and rewrite a cast per cell in every query that read the view; one list
+    binds a cast per column (``benchmarks/bench_overlay.py``). ``keyed`` adds the sort keys ``__pos, __kind, __j``
+    of a view that sorts its span."""
+    names = [f"c{i}" for i in range(len(spec.columns))]
+    casts = ", ".join(f'CAST({n} AS {c.duckdb_type}) AS "{c.name}"' for n, c in zip(names, spec.columns))
+    values = ", ".join("(" + (f"{a}, {j}, " if keyed else "")
+                       + ", ".join(_cell_text(row.get(c.name)) for c in spec.columns) + ")" for a, j, row in rows)
+    keys, head = ("__pos, 1 AS __kind, __j, ", "__pos, __j, ") if keyed else ("", "")
+    return f"SELECT {keys}{casts} FROM (VALUES {values}) AS __rows({head}{', '.join(names)})"
+
+
 def _view_sql(spec: TableSpec, base: str, edit: TableEdit | None) -> str:
     source = f"{base}.{spec.qualified}"
     if edit is None:
@@ -285,9 +295,8 @@ def _view_sql(spec: TableSpec, base: str, edit: TableEdit | None) -> str:
             row = {**row, edit.dense_id: int(row[edit.dense_id]) + _shift_at(shifts, anchor) + kept + j}
         placed.append((anchor, j, row))
 
-    def literal(anchor: int, j: int, row: JsonRow, keyed: bool) -> str:
-        cells = ", ".join(f'{sql_literal(row.get(c.name), c.duckdb_type)} AS "{c.name}"' for c in spec.columns)
-        return f"SELECT {anchor} AS __pos, 1 AS __kind, {j} AS __j, {cells}" if keyed else f"SELECT {cells}"
+    def literal(rows: list[tuple[int, int, JsonRow]], keyed: bool) -> list[str]:
+        return [_rows_sql(spec, rows, keyed)] if rows else []
 
     anchored = sorted((p for p in placed if p[0] != END), key=lambda p: (p[0], p[1]))
     tail = [p for p in placed if p[0] == END]
@@ -299,24 +308,24 @@ def _view_sql(spec: TableSpec, base: str, edit: TableEdit | None) -> str:
         for stop in stops:
             after = f"rowid > {prev} AND " if prev is not None else ""
             parts.append(f"SELECT {proj(prev, stop)} FROM {source} WHERE {after}rowid <= {stop} AND {not_in(prev, stop)}")
-            parts += [literal(a, j, r, False) for a, j, r in anchored if a == stop]
+            parts += literal([p for p in anchored if p[0] == stop], False)
             prev = stop
         parts.append(f"SELECT {proj(prev)} FROM {source} WHERE rowid > {prev} AND {not_in(prev)}")
     elif anchored:
         lo, hi = anchored[0][0], anchored[-1][0]
         parts.append(f"SELECT {proj(None, lo)} FROM {source} WHERE rowid <= {lo} AND {not_in(None, lo)}")
         if lo == hi:
-            parts += [literal(a, j, r, False) for a, j, r in anchored]
+            parts += literal(anchored, False)
         else:  # many anchors: the base rows between the first and the last, sorted with the new ones
             middle = [f"SELECT rowid AS __pos, 0 AS __kind, 0 AS __j, {proj(lo, hi)} FROM {source} "
                       f"WHERE rowid > {lo} AND rowid <= {hi} AND {not_in(lo, hi)}"]
-            middle += [literal(a, j, r, True) for a, j, r in anchored]
+            middle += literal(anchored, True)
             parts.append("SELECT * EXCLUDE (__pos, __kind, __j) FROM ("
                          + "\nUNION ALL ".join(middle) + "\nORDER BY __pos, __kind, __j)")
         parts.append(f"SELECT {proj(hi)} FROM {source} WHERE rowid > {hi} AND {not_in(hi)}")
     else:
         parts.append(f"SELECT {proj()} FROM {source} WHERE {not_in()}")
-    parts += [literal(a, j, r, False) for a, j, r in tail]
+    parts += literal(tail, False)
     return "\nUNION ALL ".join(parts)
 
 

@@ -47,16 +47,34 @@ SECTION_ORDER = ("artifact_classifier", "text_classifier", "evidence_anomaly", "
                  "answer_prior", "trap_margins")
 
 
-def validity_report(ctx: ValidityContext) -> dict[str, Any]:
+def validity_report(ctx: ValidityContext, seconds: dict[str, float] | None = None) -> dict[str, Any]:
+    """Every registered section's result by name; ``seconds`` (when given) receives each section's wall time, which
+    the build reports beside its other timings (never in the card: the card is the same on every run)."""
     from ehrgym.bench import validity_sections  # noqa: F401  (registers the sections)
 
     names = sorted(SECTIONS)
     if ctx.workers <= 1 or len(names) < 2:
-        return {name: SECTIONS[name](ctx) for name in names}
-    return _sections_in_workers(ctx, names)
+        timed = _timed_sections(ctx, names, lambda i: True)
+    else:
+        timed = _sections_in_workers(ctx, names)
+    if seconds is not None:
+        seconds.update({name: round(timed[name][1], 3) for name in names})
+    return {name: timed[name][0] for name in names}
 
 
-def _sections_in_workers(ctx: ValidityContext, names: list[str]) -> dict[str, Any]:
+def _timed_sections(ctx: ValidityContext, order: list[str], mine: Callable[[int], bool]
+                    ) -> dict[str, tuple[Any, float]]:
+    import time
+
+    out: dict[str, tuple[Any, float]] = {}
+    for i, name in enumerate(order):
+        if mine(i):
+            start = time.perf_counter()
+            out[name] = (SECTIONS[name](ctx), time.perf_counter() - start)
+    return out
+
+
+def _sections_in_workers(ctx: ValidityContext, names: list[str]) -> dict[str, tuple[Any, float]]:
     """The sections in ``ctx.workers`` processes, each taking the longest one nobody holds, one process per section
     (a section's numbers do not depend on its workers): several sections each split over the processes in turn
     left them waiting on each other's slowest part and on the sequential parts in between."""
@@ -69,18 +87,19 @@ def _sections_in_workers(ctx: ValidityContext, names: list[str]) -> dict[str, An
     alone = replace(ctx, workers=1)
     with tempfile.TemporaryDirectory(prefix="ehrgym-sections-") as claims:
         parts = run_worker_processes([{"call": run_claimed_sections, "args": (order, alone, claims)}] * ctx.workers)
-    done: dict[str, Any] = {}
+    done: dict[str, tuple[Any, float]] = {}
     for part in parts:
         done.update(part)
     return {name: done[name] for name in names}
 
 
-def run_claimed_sections(order: list[str], ctx: ValidityContext, claims: str) -> dict[str, Any]:
-    """The sections of ``order`` this process claims first (a worker process's job; see ``validity_report``)."""
+def run_claimed_sections(order: list[str], ctx: ValidityContext, claims: str) -> dict[str, tuple[Any, float]]:
+    """The sections of ``order`` this process claims first, each with its wall time (a worker process's job; see
+    ``validity_report``)."""
     from ehrgym.bench import validity_sections  # noqa: F401  (registers the sections)
     from ehrgym.bench.builder import _claim
 
-    return {name: SECTIONS[name](ctx) for i, name in enumerate(order) if _claim(claims, i)}
+    return _timed_sections(ctx, order, lambda i: _claim(claims, i))
 
 
 def validity_markdown(report: dict[str, Any]) -> list[str]:
