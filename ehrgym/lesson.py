@@ -120,7 +120,9 @@ def expected_words(task: Task) -> str:
     exp = task.expected
     if not exp.is_abstain:
         return f"answer {format_answer(exp.value, exp.answer)}"
-    accepted = sorted(accepted_reasons(task.noise.subtype if task.noise else None, str(exp.reason)) - {exp.reason})
+    noise = task.noise
+    accepted = sorted(accepted_reasons(noise.subtype if noise else None, str(exp.reason), noise.form if noise else None)
+                      - {exp.reason})
     also = f" (also accepted: {', '.join(accepted)})" if accepted else ""
     return f"abstain: {exp.reason} — {REASON_DESCRIPTIONS.get(str(exp.reason), '')}{also}"
 

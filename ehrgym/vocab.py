@@ -58,10 +58,9 @@ ACCEPTED_REASONS: dict[str, frozenset[str]] = {
     "temporal_mismatch": frozenset({"false_premise", "insufficient_evidence"}),
     # the id is absent from every table: only an invalid reference explains that
     "nonexistent_entity": frozenset({"invalid_reference"}),
-    # the schema has no place for it: missing evidence would misdescribe an unanswerable question. A twin
-    # that asks for the time beyond the admission ("… after the patient left for the skilled nursing
-    # facility") asks, read as a window, about a time the admission does not cover: a false premise too
-    "out_of_scope": frozenset({"out_of_scope", "false_premise"}),
+    # the schema has no place for it: missing evidence would misdescribe an unanswerable question
+    # (one form of it accepts more: ACCEPTED_BY_FORM)
+    "out_of_scope": frozenset({"out_of_scope"}),
     # two different values for one measurement are visible side by side
     "conflicting_records": frozenset({"conflicting_evidence"}),
     # the impossible value is visible; "no evidence" would hide what the records show
@@ -75,11 +74,26 @@ ACCEPTED_REASONS: dict[str, frozenset[str]] = {
     "encoding_corruption": frozenset(),
     "lexical_variation": frozenset(),
 }
+# Where only one form of a subtype's twins leaves two reasons indistinguishable, that form alone accepts
+# both: (subtype, form) -> reasons, replacing ACCEPTED_REASONS[subtype] for tasks whose noise names the form
+# (NoiseSpec.form). Widening the whole subtype instead let false_premise earn the strict reward on 0.71 of
+# the abstaining test twins of the `make reproduce` benchmark.
+QUESTION_FORMS: dict[str, str] = {  # form -> the twins it names, in words
+    "beyond_the_course": "twins asking for the time before the patient came or after they left",
+}
+ACCEPTED_BY_FORM: dict[tuple[str, str], frozenset[str]] = {
+    # a twin asking for the time beyond the admission ("After the patient left for the skilled nursing
+    # facility, …") asks, read as a window, about a time the admission does not cover: a false premise too
+    ("out_of_scope", "beyond_the_course"): frozenset({"out_of_scope", "false_premise"}),
+}
 assert set(ACCEPTED_REASONS) == set(NOISE_SUBTYPES)
-assert all(r in ABSTAIN_REASONS for group in ACCEPTED_REASONS.values() for r in group)
+assert all(r in ABSTAIN_REASONS for group in (*ACCEPTED_REASONS.values(), *ACCEPTED_BY_FORM.values())
+           for r in group)
+assert all(ACCEPTED_REASONS[s] <= group and f in QUESTION_FORMS for (s, f), group in ACCEPTED_BY_FORM.items())
 
 
-def accepted_reasons(subtype: str | None, expected: str) -> frozenset[str]:
-    """The abstention reasons strict scoring accepts on a task of ``subtype`` that expects ``expected``."""
-    group = ACCEPTED_REASONS.get(subtype or "", frozenset())
+def accepted_reasons(subtype: str | None, expected: str, form: str | None = None) -> frozenset[str]:
+    """The abstention reasons strict scoring accepts on a task of ``subtype`` (and question ``form``, see
+    ACCEPTED_BY_FORM) that expects ``expected``."""
+    group = ACCEPTED_BY_FORM.get((subtype or "", form or ""), ACCEPTED_REASONS.get(subtype or "", frozenset()))
     return group if expected in group else frozenset({expected})

@@ -531,6 +531,7 @@ def test_out_of_scope_twins_ask_beyond_the_course_their_clean_twin_stays_within(
                    else course_clauses(admission_row(con, entity)) if eligible(t, entity) else ())
         told = kind in CLAUSE_KINDS and bool(clauses)
         assert (noisy.noise.question_edit["param"] is None) == told, (clean.question, noisy.question)
+        assert (noisy.noise.form == "beyond_the_course") == told  # the form its accepted reasons depend on
         if not told:
             continue
         first, rest = clean.question.split(" ", 1)
@@ -570,14 +571,14 @@ def test_a_course_clause_marks_no_pair_and_no_variant(built):
 
 def test_no_one_reason_is_right_on_most_abstentions(built):
     """Strict scoring checks the reason so that an abstention says what the evidence shows. Equivalences
-    (``ehrgym.vocab.ACCEPTED_REASONS``) widen what each reason earns; a reason accepted on nearly every abstaining
-    twin would let a policy earn the strict reward without reading why. Out of scope accepting false premise (the
-    time beyond the course is also a window the admission does not cover) took false premise from 0.53 to 0.71 of
-    the abstaining test twins on the `make reproduce` benchmark; insufficient evidence reads 0.55 there."""
+    (``ehrgym.vocab.ACCEPTED_REASONS``, ``ACCEPTED_BY_FORM``) widen what each reason earns; a reason accepted on nearly
+    every abstaining twin would let a policy earn the strict reward without reading why. Every out-of-scope twin
+    accepting false premise took it from 0.53 to 0.71 of the abstaining test twins on the `make reproduce`
+    benchmark; only the twins asking beyond the admission's course accepting it (where it fits) leave it at 0.65."""
     from ehrgym.vocab import ABSTAIN_REASONS, accepted_reasons
 
     abstaining = [t for t in built if t.variant == "noise" and t.expected.is_abstain]
-    shares = {r: sum(r in accepted_reasons(t.noise.subtype, t.expected.reason) for t in abstaining) / len(abstaining)
-              for r in ABSTAIN_REASONS}
+    shares = {r: sum(r in accepted_reasons(t.noise.subtype, t.expected.reason, t.noise.form) for t in abstaining)
+              / len(abstaining) for r in ABSTAIN_REASONS}
     assert max(shares.values()) <= 0.75, shares
     assert shares["out_of_scope"] < 0.35, shares  # no equivalence takes it beyond its own twins

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from ehrgym.bench.answers import AnswerSpec
@@ -110,12 +112,13 @@ def test_failures_are_from_the_record_vocabulary_and_round_trip() -> None:
         verify(ABSTAIN, None, scoring="generous")
 
 
-def noisy_abstain(subtype: str, reason: str) -> Task:
+def noisy_abstain(subtype: str, reason: str, form: str | None = None) -> Task:
     from ehrgym.vocab import NOISE_SUBTYPES
 
+    edit = {"kind": subtype, "form": form} if form else None
     return Task("t2", "p2", "noise", "labs", "patient", "tpl", "Question?", "SELECT 1", "SELECT 1",
                 Expected("abstain", AnswerSpec("number"), reason=reason),
-                NoiseSpec(NOISE_SUBTYPES[subtype], subtype), "test")
+                NoiseSpec(NOISE_SUBTYPES[subtype], subtype, question_edit=edit), "test")
 
 
 @pytest.mark.parametrize("subtype,expected,given,ok", [
@@ -128,7 +131,7 @@ def noisy_abstain(subtype: str, reason: str) -> Task:
     ("nonexistent_entity", "invalid_reference", "false_premise", False),
     ("nonexistent_entity", "invalid_reference", "insufficient_evidence", False),
     ("out_of_scope", "out_of_scope", "insufficient_evidence", False),
-    ("out_of_scope", "out_of_scope", "false_premise", True),  # the time beyond the admission is a window too
+    ("out_of_scope", "out_of_scope", "false_premise", False),  # "the patient-reported weight" presupposes nothing
     ("conflicting_records", "conflicting_evidence", "implausible_value", False),
     ("implausible_value", "implausible_value", "insufficient_evidence", False),
     ("missing_value", "insufficient_evidence", "false_premise", False),
@@ -151,3 +154,22 @@ def test_accepted_reasons_are_one_table_over_every_subtype() -> None:
         for reason in group:
             assert accepted_reasons(subtype, reason) == group
     assert accepted_reasons(None, "out_of_scope") == {"out_of_scope"}  # a clean task: the expected reason
+
+
+@pytest.mark.parametrize("form,given,ok", [
+    ("beyond_the_course", "false_premise", True),  # the time beyond the admission is a window it does not cover
+    ("beyond_the_course", "out_of_scope", True),
+    ("beyond_the_course", "insufficient_evidence", False),
+    (None, "false_premise", False),
+    ("some_other_form", "false_premise", False),  # a form without an entry keeps the subtype's group
+])
+def test_a_question_form_widens_only_its_own_twins(form, given, ok) -> None:
+    from ehrgym.vocab import ACCEPTED_BY_FORM
+
+    task = noisy_abstain("out_of_scope", "out_of_scope", form)
+    assert task.noise is not None and task.noise.form == form
+    v = verify(task, AnswerAction(abstain=given))
+    assert v.success_strict is ok and v.failure == (None if ok else "wrong_reason")
+    again = Task.from_dict(json.loads(json.dumps(task.to_dict())))  # the form travels with the task file
+    assert verify(again, AnswerAction(abstain=given)).success_strict is ok
+    assert ("out_of_scope", "beyond_the_course") in ACCEPTED_BY_FORM

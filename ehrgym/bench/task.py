@@ -80,6 +80,13 @@ class NoiseSpec:
             raise TaskFormatError(f"noise subtype {self.subtype!r} does not belong to level {self.level!r}; "
                                   f"known: {NOISE_SUBTYPES}")
 
+    @property
+    def form(self) -> str | None:
+        """The form of the question edit where a subtype has several that differ in what they accept
+        (``ehrgym.vocab.ACCEPTED_BY_FORM``), e.g. ``beyond_the_course``; None otherwise."""
+        form = (self.question_edit or {}).get("form")
+        return str(form) if form else None
+
     def to_dict(self) -> dict[str, Any]:
         return {"level": self.level, "subtype": self.subtype, "overlay": self.overlay.to_dict(),
                 "question_edit": self.question_edit, "description": self.description}

@@ -69,7 +69,8 @@ def verify(task: Task, action: AnswerAction | None, scoring: str = "strict", tra
     if expected.is_abstain:
         if action.is_abstain:
             given = str(action.abstain)
-            accepted = accepted_reasons(task.noise.subtype if task.noise else None, str(expected.reason))
+            accepted = accepted_reasons(task.noise.subtype if task.noise else None, str(expected.reason),
+                                        task.noise.form if task.noise else None)
             if given in accepted:
                 return _verdict(True, True, None, f"correct abstention ({given})", scoring)
             return _verdict(False, True, "wrong_reason",

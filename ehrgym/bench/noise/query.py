@@ -424,9 +424,9 @@ class OutOfScope(Injector):
         trap=("The credulous agent still runs a query (usually the one for a similar, answerable question) and reports"
               " its result."),
         check="Ask whether any table and column could hold the answer before writing SQL.",
-        outcome=("Abstain with `out_of_scope` (`false_premise` is accepted too: a question about the time before the "
-                 "patient came or after they left is also about a window the admission does not cover): the schema "
-                 "has no place for the answer, which is different from evidence that is missing."),
+        outcome=("Abstain with `out_of_scope`: the schema has no place for the answer, which is different from "
+                 "evidence that is missing. On a question about the time before the patient came or after they left "
+                 "`false_premise` is accepted too: it also asks about a window the admission does not cover."),
     )
     outcome, reason = "abstain", "out_of_scope"
     description = "the question asks for something no EHR table holds"
@@ -469,8 +469,8 @@ class OutOfScope(Injector):
         asked = render_text(ctx.template.paraphrases[ctx.paraphrase], {**ctx.params, **ctx.shown})
         clean, question = (with_clause(asked, clause.recordable, clause), with_clause(asked, clause.unrecordable,
                                                                                       clause))
-        return Injection(self.spec(question_edit={"kind": "out_of_scope", "param": None, "from": clean,
-                                                  "to": question},
+        return Injection(self.spec(question_edit={"kind": "out_of_scope", "form": "beyond_the_course", "param": None,
+                                                  "from": clean, "to": question},
                                    description=f"asks for what lies {clause.unrecordable} {clause.text!r}, "
                                                "which no table holds"),
                          "abstain", "out_of_scope", question=question, clean_question=clean)

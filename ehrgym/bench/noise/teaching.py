@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ehrgym.errors import BenchmarkError
-from ehrgym.vocab import NOISE_LEVELS, NOISE_SUBTYPES, accepted_reasons
+from ehrgym.vocab import ACCEPTED_BY_FORM, NOISE_LEVELS, QUESTION_FORMS, NOISE_SUBTYPES, accepted_reasons
 
 CARD_FIELDS: tuple[str, ...] = ("title", "definition", "arises", "trap", "check", "outcome")
 
@@ -78,7 +78,10 @@ def expected_outcomes(subtype: str) -> str:
         return "answer"
     reason = str(inj.reason)
     others = sorted(accepted_reasons(subtype, reason) - {reason})
-    text = f"abstain ({reason}{'; also accepted: ' + ', '.join(others) if others else ''})"
+    by_form = [f"{', '.join(sorted(accepted_reasons(subtype, reason, form) - {reason, *others}))} on "
+               f"{QUESTION_FORMS[form]}" for (sub, form) in sorted(ACCEPTED_BY_FORM) if sub == subtype]
+    also = others + by_form
+    text = f"abstain ({reason}{'; also accepted: ' + '; '.join(also) if also else ''})"
     if type(inj).expected is not Injector.expected:       # the outcome depends on the question
         text = f"single value: {text}; aggregate: answer without it"
     return text
