@@ -528,7 +528,8 @@ def artifact_report(db: str | Path, tasks: list[Task], seed: int = 0, per_subtyp
     # the two sides is then only which row was touched and how it is stored. Every task is judged once, in one
     # round of worker processes (a noisy twin of a decoyed pair is often among the noise sample too).
     noise = _chosen(tasks, per_subtype, "noise")
-    twins = [t for t in tasks if t.pair_id in decoyed_pairs(tasks, per_subtype)] if decoys else []
+    decoyed = decoyed_pairs(tasks, per_subtype) if decoys else set()
+    twins = [t for t in tasks if t.pair_id in decoyed]
     decoy_side, paired = _chosen(twins, len(twins), "decoy"), _chosen(twins, len(twins), "noise")
     got = _judge(db, _wanted([("noise", noise), ("decoy", decoy_side), ("noise", paired)]), seed, workers)
     report: dict[str, Any] = {"bar": BAR, "features": list(FEATURES), "tasks_per_subtype": per_subtype,
