@@ -38,7 +38,7 @@ from ehrgym.env.actions import AnswerAction
 from ehrgym.env.protocol import REASON_DESCRIPTIONS, parse_answer
 from ehrgym.env.verifier import Verdict, verify
 from ehrgym.errors import EhrGymError
-from ehrgym.vocab import ABSTAIN_REASONS, accepted_reasons
+from ehrgym.vocab import ABSTAIN_REASONS
 
 # choices of the "your answer" control: answer, or abstain with one of the protocol's reasons
 ANSWER_CHOICE = "answer"
@@ -120,9 +120,7 @@ def expected_words(task: Task) -> str:
     exp = task.expected
     if not exp.is_abstain:
         return f"answer {format_answer(exp.value, exp.answer)}"
-    noise = task.noise
-    accepted = sorted(accepted_reasons(noise.subtype if noise else None, str(exp.reason), noise.form if noise else None)
-                      - {exp.reason})
+    accepted = sorted(task.accepted_reasons - {exp.reason})
     also = f" (also accepted: {', '.join(accepted)})" if accepted else ""
     return f"abstain: {exp.reason} — {REASON_DESCRIPTIONS.get(str(exp.reason), '')}{also}"
 

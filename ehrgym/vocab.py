@@ -78,13 +78,14 @@ ACCEPTED_REASONS: dict[str, frozenset[str]] = {
 # both: (subtype, form) -> reasons, replacing ACCEPTED_REASONS[subtype] for tasks whose noise names the form
 # (NoiseSpec.form). Widening the whole subtype instead let false_premise earn the strict reward on 0.71 of
 # the abstaining test twins of the `make reproduce` benchmark.
+BEYOND_THE_COURSE = "beyond_the_course"  # an out-of-scope twin asking for the time before arrival or after discharge
 QUESTION_FORMS: dict[str, str] = {  # form -> the twins it names, in words
-    "beyond_the_course": "twins asking for the time before the patient came or after they left",
+    BEYOND_THE_COURSE: "twins asking for the time before the patient came or after they left",
 }
 ACCEPTED_BY_FORM: dict[tuple[str, str], frozenset[str]] = {
     # a twin asking for the time beyond the admission ("After the patient left for the skilled nursing
     # facility, …") asks, read as a window, about a time the admission does not cover: a false premise too
-    ("out_of_scope", "beyond_the_course"): frozenset({"out_of_scope", "false_premise"}),
+    ("out_of_scope", BEYOND_THE_COURSE): frozenset({"out_of_scope", "false_premise"}),
 }
 assert set(ACCEPTED_REASONS) == set(NOISE_SUBTYPES)
 assert all(r in ABSTAIN_REASONS for group in (*ACCEPTED_REASONS.values(), *ACCEPTED_BY_FORM.values())

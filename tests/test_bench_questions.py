@@ -575,10 +575,9 @@ def test_no_one_reason_is_right_on_most_abstentions(built):
     every abstaining twin would let a policy earn the strict reward without reading why. Every out-of-scope twin
     accepting false premise took it from 0.53 to 0.71 of the abstaining test twins on the `make reproduce`
     benchmark; only the twins asking beyond the admission's course accepting it (where it fits) leave it at 0.65."""
-    from ehrgym.vocab import ABSTAIN_REASONS, accepted_reasons
+    from ehrgym.vocab import ABSTAIN_REASONS
 
     abstaining = [t for t in built if t.variant == "noise" and t.expected.is_abstain]
-    shares = {r: sum(r in accepted_reasons(t.noise.subtype, t.expected.reason, t.noise.form) for t in abstaining)
-              / len(abstaining) for r in ABSTAIN_REASONS}
+    shares = {r: sum(r in t.accepted_reasons for t in abstaining) / len(abstaining) for r in ABSTAIN_REASONS}
     assert max(shares.values()) <= 0.75, shares
     assert shares["out_of_scope"] < 0.35, shares  # no equivalence takes it beyond its own twins

@@ -25,7 +25,7 @@ from typing import Any, Iterable, Iterator
 from ehrgym.bench.answers import AnswerSpec
 from ehrgym.db.overlay import Overlay
 from ehrgym.errors import OverlayError, TaskFormatError
-from ehrgym.vocab import ABSTAIN_REASONS, INTENTS, LEVELS, NOISE_SUBTYPES, SPLITS, VARIANTS
+from ehrgym.vocab import ABSTAIN_REASONS, INTENTS, LEVELS, NOISE_SUBTYPES, SPLITS, VARIANTS, accepted_reasons
 
 TASK_FORMAT_VERSION = 1
 PUBLIC_ID_PREFIX = "task-"
@@ -141,6 +141,14 @@ class Task:
             problems.append("empty question")
         if problems:
             raise TaskFormatError(f"task {self.task_id!r}: " + "; ".join(problems))
+
+    @property
+    def accepted_reasons(self) -> frozenset[str]:
+        """The abstention reasons strict scoring accepts on this task (``ehrgym.vocab.accepted_reasons`` of its
+        noise subtype and question form; the expected reason alone on a clean task)."""
+        noise = self.noise
+        return accepted_reasons(noise.subtype if noise else None, str(self.expected.reason),
+                                noise.form if noise else None)
 
     @cached_property
     def public_id(self) -> str:

@@ -303,12 +303,15 @@ def _view_sql(spec: TableSpec, base: str, edit: TableEdit | None) -> str:
     parts: list[str] = []
     stops = sorted({a for a, _, _ in anchored})
     if anchored and len(stops) <= SEGMENTS:
+        at_stop: dict[int, list[tuple[int, int, JsonRow]]] = {}
+        for p in anchored:
+            at_stop.setdefault(p[0], []).append(p)
         # few anchors: base rows in rowid ranges (pushed into the scan) with the new rows between
         prev = None
         for stop in stops:
             after = f"rowid > {prev} AND " if prev is not None else ""
             parts.append(f"SELECT {proj(prev, stop)} FROM {source} WHERE {after}rowid <= {stop} AND {not_in(prev, stop)}")
-            parts += literal([p for p in anchored if p[0] == stop], False)
+            parts += literal(at_stop[stop], False)
             prev = stop
         parts.append(f"SELECT {proj(prev)} FROM {source} WHERE rowid > {prev} AND {not_in(prev)}")
     elif anchored:

@@ -18,7 +18,6 @@ from ehrgym.bench.answers import NotComparable, answers_match, format_answer, no
 from ehrgym.bench.task import Task
 from ehrgym.env.actions import AnswerAction
 from ehrgym.vocab import FAILURES
-from ehrgym.vocab import accepted_reasons
 
 SCORINGS: tuple[str, ...] = ("strict", "lenient")
 
@@ -69,8 +68,7 @@ def verify(task: Task, action: AnswerAction | None, scoring: str = "strict", tra
     if expected.is_abstain:
         if action.is_abstain:
             given = str(action.abstain)
-            accepted = accepted_reasons(task.noise.subtype if task.noise else None, str(expected.reason),
-                                        task.noise.form if task.noise else None)
+            accepted = task.accepted_reasons
             if given in accepted:
                 return _verdict(True, True, None, f"correct abstention ({given})", scoring)
             return _verdict(False, True, "wrong_reason",

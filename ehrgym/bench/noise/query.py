@@ -43,6 +43,7 @@ from ehrgym.bench.noise.values import parse_stamp
 from ehrgym.bench.sqlrender import render_sql, render_text, sql_value, text_value
 from ehrgym.bench.templates.base import Template
 from ehrgym.db.schema import table_spec
+from ehrgym.vocab import BEYOND_THE_COURSE
 
 ENTITY_TABLES: dict[str, str] = {"subject_id": "patients", "hadm_id": "admissions", "stay_id": "icustays"}
 ENTITY_WORDS: dict[str, str] = {"subject_id": "patient", "hadm_id": "admission", "stay_id": "ICU stay"}
@@ -469,7 +470,7 @@ class OutOfScope(Injector):
         asked = render_text(ctx.template.paraphrases[ctx.paraphrase], {**ctx.params, **ctx.shown})
         clean, question = (with_clause(asked, clause.recordable, clause), with_clause(asked, clause.unrecordable,
                                                                                       clause))
-        return Injection(self.spec(question_edit={"kind": "out_of_scope", "form": "beyond_the_course", "param": None,
+        return Injection(self.spec(question_edit={"kind": "out_of_scope", "form": BEYOND_THE_COURSE, "param": None,
                                                   "from": clean, "to": question},
                                    description=f"asks for what lies {clause.unrecordable} {clause.text!r}, "
                                                "which no table holds"),
