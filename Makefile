@@ -17,6 +17,10 @@ WORKERS ?= 2
 SPLIT ?= test
 MIMIC_DIR ?= ../shared/mimic-iv-demo-2.2
 DATA := data
+# pytest worker processes for make test / test-slow (pytest-xdist; each takes whole test files, so a file's
+# module fixtures are built once); 0 runs in this process
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
 
 .PHONY: venv lint test test-slow test-all reproduce llm-smoke train-smoke bench clean-data lock
 
@@ -34,7 +38,7 @@ venv: $(STAMP)
 
 # the default suite; the slow end-to-end cases (tests/conftest.py SLOW_TESTS) run with `make test-slow`
 test: lint
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow"
+	$(PYTEST) -m "not slow"
 
 # ruff (pyflakes, bugbear) on the code and tests, mypy on the package: both must be clean
 lint: $(STAMP)
@@ -42,12 +46,11 @@ lint: $(STAMP)
 	$(BIN)/python -m mypy ehrgym
 
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m slow
+	$(PYTEST) -m slow
 
 test-all: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(PYTEST)
 
-# static types (config: pyproject.toml [tool.mypy]); not yet part of `make test`
 reproduce: $(STAMP)
 	$(BIN)/python -m ehrgym.pipeline --source $(SOURCE) --patients $(PATIENTS) --seed $(SEED) \
 		--config $(CONFIG) --k $(K) --workers $(WORKERS) --split $(SPLIT) --mimic-dir "$(MIMIC_DIR)" --data $(DATA)
