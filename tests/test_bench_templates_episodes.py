@@ -95,7 +95,8 @@ def test_yields_verified_pairs(builder, template):
 class Frames:
     """The tables the checks read, as pandas frames (lazily)."""
 
-    ICU = ("icustays", "chartevents", "inputevents", "d_items")
+    ICU = ("icustays", "chartevents", "inputevents", "outputevents", "procedureevents", "datetimeevents",
+           "ingredientevents", "d_items", "caregiver")
 
     def __init__(self, db) -> None:
         self.con = duckdb.connect(str(db), read_only=True)

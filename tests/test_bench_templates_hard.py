@@ -367,13 +367,20 @@ def lowest_map_on_vasopressor(f, p):
     return during["valuenum"].min()
 
 
+def _dose_given(event: pd.Series) -> pd.Series:
+    """eMAR events that say a dose was given: 'Administered' in any form (delayed, partial, elsewhere, a bolus from
+    a drip), not 'Not Given' and not the truncated rows that do not say what happened."""
+    text = event.fillna("")
+    return text.str.contains("Administered") & ~text.str.contains("Not ")
+
+
 def hours_blood_culture_to_antibiotic(f, p):
     micro = f.microbiologyevents
     first = micro[(micro["hadm_id"] == p["hadm_id"]) & (micro["spec_type_desc"] == "BLOOD CULTURE")]["charttime"].min()
     emar = f.emar
     med = emar["medication"].fillna("").str.lower()
     doses = emar[(emar["hadm_id"] == p["hadm_id"]) & med.str.contains(cs.ANTIBIOTIC_REGEX, regex=True)
-                 & ~med.str.contains(cs.NON_SYSTEMIC_FORMS, regex=True) & (emar["event_txt"] == "Administered")
+                 & ~med.str.contains(cs.NON_SYSTEMIC_FORMS, regex=True) & _dose_given(emar["event_txt"])
                  & (emar["charttime"] >= first)]
     return (doses["charttime"].min() - first).total_seconds() / 3600
 

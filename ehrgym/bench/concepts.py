@@ -184,7 +184,8 @@ define(
     Concept("lab", "red blood cell count", _CBC, itemids=(51279,), variants=("RBC", "red cell count")),
     Concept("lab", "MCV", _CBC, itemids=(51250,), variants=("mean corpuscular volume", "mean cell volume")),
     Concept("lab", "neutrophil percentage", _CBC, itemids=(51256,), variants=("neut %", "PMN %", "neutrophils")),
-    Concept("lab", "lymphocyte percentage", _CBC, itemids=(51244,), variants=("lymph %", "lymphs")),
+    Concept("lab", "lymphocyte percentage", _CBC + " (Lymphocytes 51244 and 'Lymphocytes, Percent' 51245, both %, as the "
+            "MIMIC code repository's blood_differential)", itemids=(51244, 51245), variants=("lymph %", "lymphs")),
     Concept("lab", "band neutrophils", _CBC, itemids=(51144,), variants=("bands", "band count")),
     Concept("lab", "INR", _COAG, itemids=(51237,), variants=("PT-INR", "INR(PT)", "international normalized ratio")),
     Concept("lab", "prothrombin time", _COAG, itemids=(51274,), variants=("PT", "pro time")),
@@ -314,8 +315,10 @@ define(
     Concept("drug", "levetiracetam", _RX, values=("levetiracetam", "levetiracetam oral solution"),
             variants=("Keppra", "levetiracetem")),
     Concept("drug", "prednisone", _RX, values=("prednisone",), variants=("Deltasone", "predisone")),
-    Concept("drug", "oral sodium bicarbonate", _RX + "; tablets (the IV form is charted in inputevents)",
-            values=("sodium bicarbonate",), variants=("bicarb tabs", "NaHCO3 tablets")),
+    # every route: the spelling is ordered IV as often as by mouth (37 of 46 demo orders are IV), so the name
+    # claims no route ("oral sodium bicarbonate" answered "IV" to "by which route was it ordered?")
+    Concept("drug", "sodium bicarbonate", _RX + "; every route (tablets and IV orders)",
+            values=("sodium bicarbonate",), variants=("bicarb", "NaHCO3")),
 )
 
 # ---------------------------------------------------------------- admission types

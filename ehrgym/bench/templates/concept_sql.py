@@ -79,11 +79,23 @@ def antibiotic_predicate(alias: str = "p") -> str:
             f"AND coalesce(upper({alias}.route), '') NOT IN ({strings(NON_SYSTEMIC_ROUTES)})")
 
 
+# eMAR events that record a dose given: 'Administered' and its delayed, partial, other-location and from-a-drip forms
+# (the MIMIC-IV demo charts 'Delayed Administered' for vancomycin, cefepime, metoprolol … doses); not the truncated
+# ' in Other Location' and 'Delayed ' rows, which do not say what happened
+DOSE_GIVEN_EVENTS: tuple[str, ...] = ("Administered", "Delayed Administered", "Partial Administered",
+                                      "Administered in Other Location", "Administered Bolus from IV Drip")
+
+
+def dose_given_predicate(alias: str = "m") -> str:
+    """Predicate on an ``emar`` row: the event records a dose given to the patient."""
+    return f"{alias}.event_txt IN ({strings(DOSE_GIVEN_EVENTS)})"
+
+
 def emar_antibiotic_predicate(alias: str = "m") -> str:
     """Predicate on an ``emar`` row: a systemic antibiotic dose given to the patient."""
     return (f"regexp_matches(lower({alias}.medication), '{ANTIBIOTIC_REGEX}') "
             f"AND NOT regexp_matches(lower({alias}.medication), '{NON_SYSTEMIC_FORMS}') "
-            f"AND {alias}.event_txt = 'Administered'")
+            f"AND {dose_given_predicate(alias)}")
 
 
 # ---------------------------------------------------------------- KDIGO creatinine criteria
@@ -138,6 +150,11 @@ NON_ORGANISM_RESULTS: tuple[str, ...] = ("CANCELLED",)  # org_name values that r
 def organism_grown_predicate(alias: str = "m") -> str:
     """Predicate on a ``microbiologyevents`` row: the culture grew an organism."""
     return f"{alias}.org_name IS NOT NULL AND {alias}.org_name NOT IN ({strings(NON_ORGANISM_RESULTS)})"
+
+
+def culture_reported_predicate(alias: str = "m") -> str:
+    """Predicate on a ``microbiologyevents`` row: a culture result (growth or none), not a cancelled test."""
+    return f"({alias}.org_name IS NULL OR {alias}.org_name NOT IN ({strings(NON_ORGANISM_RESULTS)}))"
 
 
 # ---------------------------------------------------------------- organ dysfunction (SOFA-style thresholds)

@@ -98,10 +98,20 @@ LIMIT 1""",
         ),
         sampler_sql="""SELECT subject_id, hadm_id FROM mimiciv_hosp.transfers
 WHERE eventtype = 'transfer' AND hadm_id IS NOT NULL GROUP BY ALL""",
+        # a move between units is a transfer event into another unit than the one the patient was in (MIMIC-IV
+        # also records bed moves inside one unit as transfer events). The unit left is the latest strictly earlier
+        # admit/transfer row of the admission in the table itself: a re-stored copy of a move still counts twice
+        # for a credulous query, and an admit row timed before admittime (20 in the demo) still names the unit.
         gold_sql="""SELECT count(*)
 FROM {transfers} e
 JOIN mimiciv_hosp.admissions a ON a.hadm_id = e.hadm_id
-WHERE a.subject_id = {subject_id} AND a.hadm_id = {hadm_id} AND e.eventtype = 'transfer'""",
+WHERE a.subject_id = {subject_id} AND a.hadm_id = {hadm_id} AND e.eventtype = 'transfer'
+  AND e.careunit IS DISTINCT FROM (
+    SELECT p.careunit
+    FROM mimiciv_hosp.transfers p
+    WHERE p.hadm_id = e.hadm_id AND p.eventtype IN ('admit', 'transfer') AND p.intime < e.intime
+    ORDER BY p.intime DESC, p.transfer_id DESC
+    LIMIT 1)""",
         answer=COUNT,
         evidence=Evidence(table="transfers", where="e.hadm_id = {hadm_id} AND e.eventtype = 'transfer'",
                           key=("hadm_id", "intime"), id_col="transfer_id", time_col="intime",

@@ -55,7 +55,10 @@ register(
             "Patient {subject_id}, admission {hadm_id}: what did the first {label} measurement show?",
         ),
         sampler_sql=ADMISSION_ITEM_SAMPLER,
-        gold_sql="SELECT e.valuenum\nFROM {labevents} e" + ADMISSION_ITEM_FILTER + "\nORDER BY e.charttime ASC\nLIMIT 1",
+        # at one time, the lab's reference item before another item of the concept (a CBC's hemoglobin before a
+        # blood gas's): the answer does not hang on which row a scan meets first
+        gold_sql="SELECT e.valuenum\nFROM {labevents} e" + ADMISSION_ITEM_FILTER
+                 + "\nORDER BY e.charttime ASC, e.itemid <> {itemid}\nLIMIT 1",
         answer=NUMBER,
         evidence=Evidence(**ADMISSION_EVIDENCE, focus="first", aggregate=False),
         noise=ALL_VALUE, entity_ref="hadm_id", lexical="label", premise=ADMISSION_PREMISE,
@@ -69,7 +72,8 @@ register(
             "For admission {hadm_id} of patient {subject_id}, report the final {label} result.",
         ),
         sampler_sql=ADMISSION_ITEM_SAMPLER,
-        gold_sql="SELECT e.valuenum\nFROM {labevents} e" + ADMISSION_ITEM_FILTER + "\nORDER BY e.charttime DESC\nLIMIT 1",
+        gold_sql="SELECT e.valuenum\nFROM {labevents} e" + ADMISSION_ITEM_FILTER
+                 + "\nORDER BY e.charttime DESC, e.itemid <> {itemid}\nLIMIT 1",
         answer=NUMBER,
         evidence=Evidence(**ADMISSION_EVIDENCE, focus="last", aggregate=False),
         noise=ALL_VALUE, entity_ref="subject_id", lexical="label", premise=ADMISSION_PREMISE,
@@ -113,9 +117,10 @@ register(
             "For patient {subject_id} in admission {hadm_id}, compute the last {label} value minus the first one.",
         ),
         sampler_sql=ADMISSION_ITEM_SAMPLER,
-        gold_sql="WITH v AS (\n  SELECT e.charttime, e.valuenum\n  FROM {labevents} e" + ADMISSION_ITEM_FILTER
-                 + "\n)\nSELECT (SELECT valuenum FROM v ORDER BY charttime DESC LIMIT 1)\n"
-                   "     - (SELECT valuenum FROM v ORDER BY charttime ASC LIMIT 1)",
+        gold_sql="WITH v AS (\n  SELECT e.charttime, e.valuenum, e.itemid <> {itemid} AS other_item\n  FROM {labevents} e"
+                 + ADMISSION_ITEM_FILTER
+                 + "\n)\nSELECT (SELECT valuenum FROM v ORDER BY charttime DESC, other_item LIMIT 1)\n"
+                   "     - (SELECT valuenum FROM v ORDER BY charttime ASC, other_item LIMIT 1)",
         answer=MEAN,
         evidence=Evidence(**ADMISSION_EVIDENCE, focus="last", aggregate=False),
         noise=ALL_VALUE, entity_ref="hadm_id", lexical="label", premise=ADMISSION_PREMISE,
@@ -277,7 +282,7 @@ SELECT 100.0 * (SELECT count(*) FROM high) / (SELECT count(*) FROM cohort)""",
         sampler_sql=COHORT_SAMPLER,
         gold_sql="""WITH firsts AS (
   SELECT e.hadm_id, e.valuenum,
-         row_number() OVER (PARTITION BY e.hadm_id ORDER BY e.charttime, e.valuenum) AS rn
+         row_number() OVER (PARTITION BY e.hadm_id ORDER BY e.charttime, e.itemid <> {itemid}, e.valuenum) AS rn
   FROM {labevents} e""" + COHORT_FILTER.replace("\n", "\n  ") + """
 )
 SELECT avg(valuenum) FROM firsts WHERE rn = 1""",

@@ -26,8 +26,13 @@ from ehrgym.bench.answers import AnswerSpec
 from ehrgym.bench.concepts import relation
 from ehrgym.bench.noise.lexicon import add_variants
 from ehrgym.bench.templates.base import ADMISSION_WINDOW, Evidence, Premise, Template, TimeWindow
+from ehrgym.bench.templates.concept_sql import culture_reported_predicate, organism_grown_predicate
 from ehrgym.bench.templates.registry import register
 
+
+# a row whose culture grew an organism ("CANCELLED" reports a test never done), and a row that reports a result
+GREW = organism_grown_predicate("e")
+REPORTED = culture_reported_predicate("e")
 
 MicrobiologyTemplate = Template  # (an alias for importers: unpickling any Template imports the template modules)
 
@@ -103,7 +108,7 @@ FROM mimiciv_hosp.microbiologyevents e
 {SPEC_JOIN}
 WHERE {GROWTH_SPECIMENS} AND e.hadm_id IS NOT NULL
 GROUP BY ALL
-HAVING count(*) FILTER (WHERE e.org_name IS NOT NULL) >= 1"""
+HAVING count(*) FILTER (WHERE {GREW}) >= 1"""
 # a listed answer must read back unambiguously: no organism name with a comma in the set
 GROWTH_SET_SAMPLER = GROWTH_SAMPLER + " AND count(*) FILTER (WHERE e.org_name LIKE '%,%') = 0"
 
@@ -125,7 +130,7 @@ register(
 FROM {microbiologyevents} e
 """ + SPEC_JOIN + """
 WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id}
-  AND sp.concept = {specimen} AND e.org_name IS NOT NULL
+  AND sp.concept = {specimen} AND """ + GREW + """
 ORDER BY e.org_name""",
         answer=NAMES,
         # every culture of that type (negatives included): without them growth cannot be judged at all
@@ -152,7 +157,7 @@ FROM {microbiologyevents} e
 JOIN mimiciv_hosp.admissions a ON a.hadm_id = e.hadm_id
 """ + SPEC_JOIN + """
 WHERE a.subject_id = {subject_id} AND a.hadm_id = {hadm_id}
-  AND sp.concept = {specimen} AND e.org_name IS NOT NULL""",
+  AND sp.concept = {specimen} AND """ + GREW,
         answer=WHEN,
         evidence=Evidence(**MICRO, join=SPEC_JOIN, where=SPECIMEN_ROWS, id_col="microevent_id",
                           category_col="org_name", focus="first"),
@@ -311,7 +316,7 @@ register(
            count(DISTINCT e.micro_specimen_id) AS n
     FROM mimiciv_hosp.microbiologyevents e
     {SPEC_JOIN}
-    WHERE e.hadm_id IS NOT NULL AND e.org_name IS NOT NULL AND {GROWTH_SPECIMENS}
+    WHERE e.hadm_id IS NOT NULL AND {GREW} AND {GROWTH_SPECIMENS}
     GROUP BY ALL))
 GROUP BY year, specimen
 HAVING count(*) FILTER (WHERE n = top) = 1 AND sum(n) >= 2""",
@@ -320,13 +325,13 @@ HAVING count(*) FILTER (WHERE n = top) = 1 AND sum(n) >= 2""",
   FROM {microbiologyevents} e
   """ + SPEC_JOIN + """
   WHERE e.hadm_id IS NOT NULL AND sp.concept = {specimen} AND extract(year FROM e.charttime) = {year}
-    AND e.org_name IS NOT NULL
+    AND """ + GREW + """
   GROUP BY e.org_name
 )
 SELECT org_name FROM per_org WHERE n = (SELECT max(n) FROM per_org) ORDER BY org_name""",
         answer=NAME,  # the sampler keeps (year, specimen) with a single most frequent organism
         evidence=Evidence(**MICRO_SPECIMENS, join=SPEC_JOIN,
-                          where="sp.concept = {specimen} AND e.org_name IS NOT NULL AND " + IN_YEAR,
+                          where="sp.concept = {specimen} AND " + GREW + " AND " + IN_YEAR,
                           id_col="micro_specimen_id", category_col="org_name"),
         noise=("missing_evidence", "conflicting_records", "temporal_mismatch", "lexical_variation", "out_of_scope"),
         lexical="specimen", time_window=YEAR_WINDOW,
@@ -377,12 +382,14 @@ FROM mimiciv_hosp.microbiologyevents e
 WHERE e.hadm_id IS NOT NULL
 GROUP BY ALL
 HAVING count(DISTINCT e.micro_specimen_id) >= 2 AND count(*) <= 400
-   AND count(*) FILTER (WHERE e.org_name IS NOT NULL) >= 1 AND count(*) FILTER (WHERE e.org_name IS NULL) >= 1""",
-        gold_sql="""SELECT 100.0 * count(DISTINCT e.micro_specimen_id) FILTER (WHERE e.org_name IS NOT NULL)
+   AND count(*) FILTER (WHERE {GREW}) >= 1 AND count(*) FILTER (WHERE e.org_name IS NULL) >= 1""",
+        # a cancelled test is neither a positive nor a negative specimen
+        gold_sql="""SELECT 100.0 * count(DISTINCT e.micro_specimen_id) FILTER (WHERE """ + GREW + """)
        / count(DISTINCT e.micro_specimen_id)
 FROM {microbiologyevents} e
 """ + SPEC_JOIN + """
-WHERE e.hadm_id IS NOT NULL AND sp.concept = {specimen} AND extract(year FROM e.charttime) = {year}""",
+WHERE e.hadm_id IS NOT NULL AND sp.concept = {specimen} AND extract(year FROM e.charttime) = {year}
+  AND """ + REPORTED,
         answer=RATE,
         evidence=Evidence(**MICRO_SPECIMENS, join=SPEC_JOIN, where="sp.concept = {specimen} AND " + IN_YEAR,
                           id_col="micro_specimen_id",

@@ -35,6 +35,18 @@ COUNT = AnswerSpec("integer")
 STAY_ITEM_SAMPLER = VITALS.entity_sampler(min_rows=3)
 CHART_EVIDENCE: dict[str, Any] = VITALS.evidence(join=VITAL_JOIN, where=VITALS.entity_where())
 STAY_FILTER = VITALS.entity_filter()
+# stays whose first charted reading of the concept is one value: two items of one concept charted at that minute
+# with different values (arterial and cuff pressure) leave "the first" reading undefined, so they are not asked about
+FIRST_READING_SAMPLER = f"""
+SELECT subject_id, stay_id, itemid, label
+FROM (
+  SELECT e.subject_id, e.stay_id, p.itemid, cpt.concept AS label, e.charttime, e.valuenum,
+         min(e.charttime) OVER (PARTITION BY e.stay_id, cpt.concept) AS first_time
+  FROM mimiciv_icu.chartevents e
+  {VITALS.join}
+  JOIN {VITALS.primary} ON p.concept = cpt.concept) r
+GROUP BY ALL
+HAVING count(*) >= 3 AND count(DISTINCT valuenum) FILTER (WHERE charttime = first_time) = 1"""
 STAY_PREMISE = Premise(*VITALS.missing_concept_premise("e2.stay_id = {stay_id}"))
 
 SINGLE = ("missing_evidence", "out_of_window", "conflicting_records", "implausible_value", "unit_mismatch",
@@ -60,8 +72,14 @@ register(
             "On arrival in ICU stay {stay_id}, what was patient {subject_id}'s initial {label}?",
             "Patient {subject_id}, ICU stay {stay_id}: what was the first recorded {label}?",
         ),
-        sampler_sql=STAY_ITEM_SAMPLER,
-        gold_sql="SELECT e.valuenum\nFROM {chartevents} e" + STAY_FILTER + "\nORDER BY e.charttime ASC\nLIMIT 1",
+        sampler_sql=FIRST_READING_SAMPLER,
+        # the reading at the first charted time: where two items of one concept (arterial and cuff pressure, the
+        # respiratory rate and its total) are charted at that minute they agree (FIRST_READING_SAMPLER), and their
+        # mean (the MIMIC code repository's vitalsign table) is that value, not an arbitrary row of a LIMIT 1
+        gold_sql="SELECT avg(valuenum)\nFROM (\n"
+                 "  SELECT e.valuenum, e.charttime, min(e.charttime) OVER () AS first_time\n"
+                 "  FROM {chartevents} e" + STAY_FILTER.replace("\n", "\n  ") + "\n) first_rows\n"
+                 "WHERE charttime = first_time",
         answer=NUMBER, evidence=Evidence(**CHART_EVIDENCE, focus="first", aggregate=False),
         noise=SINGLE, entity_ref="stay_id", lexical="label", premise=STAY_PREMISE,
         description="first vital sign of an ICU stay",
