@@ -76,3 +76,36 @@ def demo_db(demo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("demo") / "demo.duckdb"
     load_mimic(demo_dir, path, progress=False)
     return path
+
+
+# The independent gold checks (tests/gold_checks.py): a check module lists its templates as ``NEW``.
+@pytest.fixture(scope="module")
+def gold_builder(request: pytest.FixtureRequest, synth_db: Path):
+    """The module's templates, their candidates drawn on the synthetic hospital."""
+    from tests.gold_checks import SYNTH_CANDIDATES, drawn_builder
+
+    b = drawn_builder(synth_db, request.module.NEW, SYNTH_CANDIDATES)
+    yield b
+    b.close()
+
+
+@pytest.fixture(scope="module")
+def gold_frames(synth_db: Path):
+    """The synthetic hospital's tables as pandas frames."""
+    from tests.gold_checks import Frames
+
+    frames = Frames(synth_db)
+    yield frames
+    frames.con.close()
+
+
+@pytest.fixture(scope="module")
+def gold_demo(request: pytest.FixtureRequest, demo_db: Path):
+    """The module's templates drawn on the MIMIC-IV demo, and the demo's tables as pandas frames."""
+    from tests.gold_checks import DEMO_CANDIDATES, Frames, drawn_builder
+
+    b = drawn_builder(demo_db, request.module.NEW, DEMO_CANDIDATES)
+    frames = Frames(demo_db)
+    yield b, frames
+    frames.con.close()
+    b.close()

@@ -9,7 +9,6 @@ import re
 from collections import Counter
 from typing import Any, Callable
 
-import duckdb
 import pandas as pd
 import pytest
 
@@ -22,6 +21,7 @@ from ehrgym.bench.noise.cleaning import plain_relation
 from ehrgym.bench.sqlrender import render_sql, render_text
 from ehrgym.bench.templates import Template, all_templates
 from ehrgym.bench.templates.registry import template_module
+from tests.gold_checks import Frames, check_against
 
 MODULES = ("episodes", "comorbidity")
 NEW = [t for t in all_templates() if template_module(t.id).rsplit(".", 1)[-1] in MODULES]
@@ -91,25 +91,6 @@ def test_yields_verified_pairs(builder, template):
 
 
 # ---------------------------------------------------------------- independent pandas computations
-
-class Frames:
-    """The tables the checks read, as pandas frames (lazily)."""
-
-    ICU = ("icustays", "chartevents", "inputevents", "outputevents", "procedureevents", "datetimeevents",
-           "ingredientevents", "d_items", "caregiver")
-
-    def __init__(self, db) -> None:
-        self.con = duckdb.connect(str(db), read_only=True)
-        self._cache: dict[str, pd.DataFrame] = {}
-
-    def __getattr__(self, name: str) -> pd.DataFrame:
-        if name.startswith("_") or name == "con":
-            raise AttributeError(name)
-        if name not in self._cache:
-            schema = "mimiciv_icu" if name in self.ICU else "mimiciv_hosp"
-            self._cache[name] = self.con.execute(f"SELECT * FROM {schema}.{name}").df()
-        return self._cache[name]
-
 
 def peak_norepinephrine_equivalent(f: Frames, p: dict) -> float | None:
     # norepinephrine and epinephrine 1:1, phenylephrine 1/10, dopamine 1/100, vasopressin units/min x 2.5
@@ -313,20 +294,6 @@ PANDAS: dict[str, Callable[[Frames, dict], Any]] = {
     "diagnoses.charlson_index": charlson_index,
     "diagnoses.uncoded_kdigo_aki": uncoded_kdigo_aki,
 }
-
-
-def check_against(builder: Builder, frames: Frames, template: Template, n: int,
-                  compute: Callable[[Frames, dict], Any]) -> list[Any]:
-    """The gold answer of the first ``n`` candidates equals ``compute`` (an independent pandas computation)."""
-    seen = []
-    for c in builder.candidates[template.id][:n]:
-        clean = builder._clean(template, c)
-        assert clean is not None, f"{template.id}: no clean answer for {c.params}"
-        expected = compute(frames, c.params)
-        assert expected is not None and answers_match(clean[0], expected, template.answer), \
-            f"{template.id} {c.params}: SQL {clean[0]!r} vs pandas {expected!r}"
-        seen.append(expected)
-    return seen
 
 
 @pytest.fixture(scope="module")

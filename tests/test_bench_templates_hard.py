@@ -11,7 +11,6 @@ from types import SimpleNamespace
 from collections import Counter
 from typing import Any, Callable
 
-import duckdb
 import numpy as np
 import pandas as pd
 import pytest
@@ -29,6 +28,7 @@ from ehrgym.bench.templates.base import TIERS, infer_tier
 from ehrgym.bench.templates.registry import template_module
 from ehrgym.errors import BenchmarkError
 from ehrgym.vocab import INTENTS, LEVELS, NOISE_SUBTYPES
+from tests.gold_checks import Frames
 
 HARD_MODULES = ("cohorts", "timing", "crossintent")
 EXPLICIT_TIER_MODULES = HARD_MODULES + ("episodes", "comorbidity", "disposition")  # modules whose templates state their tier
@@ -163,23 +163,6 @@ def test_hard_template_yields_verified_pairs(hard_builder, template):
 
 
 # ---------------------------------------------------------------- independent pandas computations
-
-class Frames:
-    """The tables the checks read, as pandas frames (lazily)."""
-
-    def __init__(self, db) -> None:
-        self.con = duckdb.connect(str(db), read_only=True)
-        self._cache: dict[str, pd.DataFrame] = {}
-
-    def __getattr__(self, name: str) -> pd.DataFrame:
-        if name.startswith("_") or name == "con":
-            raise AttributeError(name)
-        if name not in self._cache:
-            schema = "mimiciv_icu" if name in ("icustays", "chartevents", "inputevents", "procedureevents",
-                                               "d_items") else "mimiciv_hosp"
-            self._cache[name] = self.con.execute(f"SELECT * FROM {schema}.{name}").df()
-        return self._cache[name]
-
 
 def _ts(v: Any) -> pd.Timestamp:
     return pd.Timestamp(v)

@@ -18,12 +18,11 @@ import pandas as pd
 import pytest
 
 from ehrgym.bench.answers import answers_match
-from ehrgym.bench.builder import Builder
-from ehrgym.bench.configs import BuildConfig
 from ehrgym.bench.noise.cleaning import plain_relation
 from ehrgym.bench.sqlrender import render_sql
 from ehrgym.bench.templates.registry import get_template
-from tests.test_bench_templates_episodes import Frames, _has_condition, check_against
+from tests.gold_checks import Frames, assert_gold_on_demo, assert_gold_on_synth
+from tests.test_bench_templates_episodes import _has_condition
 
 IDS = ("diagnoses.apr_mortality_risk", "diagnoses.cohort_comorbidity_rate", "diagnoses.cohort_mean_age",
        "diagnoses.cohort_mean_apr_severity", "diagnoses.cohort_mean_los", "diagnoses.cohort_mortality",
@@ -205,55 +204,21 @@ def test_every_listed_template_has_a_check():
 
 # ---------------------------------------------------------------- on the synthetic hospital
 
-@pytest.fixture(scope="module")
-def builder(synth_db):
-    b = Builder(synth_db, BuildConfig("t", 10, min_candidates=40), seed=5, progress=False, templates=NEW)
-    for t in NEW:
-        b._draw(t, 40)
-    yield b
-    b.close()
-
-
-@pytest.fixture(scope="module")
-def synth_frames(synth_db):
-    f = Frames(synth_db)
-    yield f
-    f.con.close()
-
-
 @pytest.mark.parametrize("template", NEW, ids=lambda t: t.id)
-def test_gold_matches_pandas_on_synth(builder, synth_frames, template):
-    candidates = builder.candidates[template.id]
-    seen = check_against(builder, synth_frames, template, 25, PANDAS[template.id])
-    assert len(seen) >= min(15, len(candidates)) and seen, (template.id, len(candidates))
-    assert len({str(v) for v in seen}) >= 2, (template.id, seen)  # answers vary between entities (yes and no too)
+def test_gold_matches_pandas_on_synth(gold_builder, gold_frames, template):
+    assert_gold_on_synth(gold_builder, gold_frames, template, PANDAS[template.id])
 
 
 # ---------------------------------------------------------------- on the MIMIC-IV demo
 
-@pytest.fixture(scope="module")
-def demo_checks(demo_db):
-    b = Builder(demo_db, BuildConfig("t", 10, min_candidates=12), seed=5, progress=False, templates=NEW)
-    frames = Frames(demo_db)
-    try:
-        yield b, frames
-    finally:
-        frames.con.close()
-        b.close()
-
-
 @pytest.mark.parametrize("template", NEW, ids=lambda t: t.id)
-def test_gold_matches_pandas_on_the_demo(demo_checks, template):
-    """Every listed template: the demo holds diagnoses, procedures, DRGs, admissions, patients and ICU stays."""
-    b, frames = demo_checks
-    b._draw(template, 12)
-    assert b.candidates[template.id], f"{template.id}: no candidate on the demo"
-    assert len(check_against(b, frames, template, 12, PANDAS[template.id])) >= 1
+def test_gold_matches_pandas_on_the_demo(gold_demo, template):
+    assert_gold_on_demo(gold_demo, template, PANDAS[template.id])
 
 
 # ---------------------------------------------------------------- the check is not vacuous
 
-def test_a_wrong_definition_is_caught(builder, synth_frames):
+def test_a_wrong_definition_is_caught(gold_builder, gold_frames):
     """Age at admission read as the bare anchor_age (without the years between anchor_year and the admission)
     disagrees with the pandas definition on some cohort."""
     t = get_template("diagnoses.cohort_mean_age")
@@ -261,7 +226,7 @@ def test_a_wrong_definition_is_caught(builder, synth_frames):
     assert shifted in t.gold_sql
     changed = replace(t, gold_sql=t.gold_sql.replace(shifted, "e.anchor_age"))
     disagree = 0
-    for c in builder.candidates[t.id][:25]:
-        got = builder.verifier.value(render_sql(changed.gold_sql, c.params, plain_relation(changed)), t.answer)
-        disagree += not answers_match(got, cohort_mean_age(synth_frames, c.params), t.answer)
+    for c in gold_builder.candidates[t.id][:25]:
+        got = gold_builder.verifier.value(render_sql(changed.gold_sql, c.params, plain_relation(changed)), t.answer)
+        disagree += not answers_match(got, cohort_mean_age(gold_frames, c.params), t.answer)
     assert disagree >= 1

@@ -19,12 +19,10 @@ import pandas as pd
 import pytest
 
 from ehrgym.bench.answers import answers_match
-from ehrgym.bench.builder import Builder
-from ehrgym.bench.configs import BuildConfig
 from ehrgym.bench.noise.cleaning import plain_relation
 from ehrgym.bench.sqlrender import render_sql
 from ehrgym.bench.templates.registry import get_template
-from tests.test_bench_templates_episodes import Frames, check_against
+from tests.gold_checks import Frames, assert_gold_on_demo, assert_gold_on_synth
 
 IDS = ("encounters.age_at_admission", "encounters.cohort_mean_icu_los", "encounters.cohort_mortality",
        "encounters.cohort_readmitted_patients", "encounters.cohort_top_careunit", "encounters.icu_los",
@@ -249,55 +247,21 @@ def test_every_listed_template_has_a_check():
 
 # ---------------------------------------------------------------- on the synthetic hospital
 
-@pytest.fixture(scope="module")
-def builder(synth_db):
-    b = Builder(synth_db, BuildConfig("t", 10, min_candidates=40), seed=5, progress=False, templates=NEW)
-    for t in NEW:
-        b._draw(t, 40)
-    yield b
-    b.close()
-
-
-@pytest.fixture(scope="module")
-def synth_frames(synth_db):
-    f = Frames(synth_db)
-    yield f
-    f.con.close()
-
-
 @pytest.mark.parametrize("template", NEW, ids=lambda t: t.id)
-def test_gold_matches_pandas_on_synth(builder, synth_frames, template):
-    candidates = builder.candidates[template.id]
-    seen = check_against(builder, synth_frames, template, 25, PANDAS[template.id])
-    assert len(seen) >= min(15, len(candidates)) and seen, (template.id, len(candidates))
-    assert len({str(v) for v in seen}) >= 2, (template.id, seen)  # answers vary between entities (yes and no too)
+def test_gold_matches_pandas_on_synth(gold_builder, gold_frames, template):
+    assert_gold_on_synth(gold_builder, gold_frames, template, PANDAS[template.id])
 
 
 # ---------------------------------------------------------------- on the MIMIC-IV demo
 
-@pytest.fixture(scope="module")
-def demo_checks(demo_db):
-    b = Builder(demo_db, BuildConfig("t", 10, min_candidates=12), seed=5, progress=False, templates=NEW)
-    frames = Frames(demo_db)
-    try:
-        yield b, frames
-    finally:
-        frames.con.close()
-        b.close()
-
-
 @pytest.mark.parametrize("template", NEW, ids=lambda t: t.id)
-def test_gold_matches_pandas_on_the_demo(demo_checks, template):
-    """Every listed template's tables are in the demo (none reads chartevents), so every one is checked there."""
-    b, frames = demo_checks
-    b._draw(template, 12)
-    assert b.candidates[template.id], f"{template.id}: no candidate on the demo"
-    assert len(check_against(b, frames, template, 12, PANDAS[template.id])) >= 1
+def test_gold_matches_pandas_on_the_demo(gold_demo, template):
+    assert_gold_on_demo(gold_demo, template, PANDAS[template.id])
 
 
 # ---------------------------------------------------------------- the check is not vacuous
 
-def test_a_wrong_definition_is_caught(builder, synth_frames):
+def test_a_wrong_definition_is_caught(gold_builder, gold_frames):
     """Counting every transfer event (bed moves inside one unit included) disagrees with the number of moves
     between care units on some admission, so the pandas check tells the two definitions apart."""
     t = get_template("encounters.transfer_count")
@@ -306,23 +270,23 @@ FROM {transfers} e
 JOIN mimiciv_hosp.admissions a ON a.hadm_id = e.hadm_id
 WHERE a.subject_id = {subject_id} AND a.hadm_id = {hadm_id} AND e.eventtype = 'transfer'"""
     disagree = 0
-    for c in builder.candidates[t.id][:30]:
-        got = builder.verifier.value(render_sql(every_event, c.params, plain_relation(t)), t.answer)
-        disagree += not answers_match(got, transfer_count(synth_frames, c.params), t.answer)
+    for c in gold_builder.candidates[t.id][:30]:
+        got = gold_builder.verifier.value(render_sql(every_event, c.params, plain_relation(t)), t.answer)
+        disagree += not answers_match(got, transfer_count(gold_frames, c.params), t.answer)
     assert disagree >= 1
 
 
 @pytest.mark.parametrize("template_id", ["microbiology.organisms_grown", "microbiology.first_positive_time"])
-def test_a_cancelled_culture_is_no_growth(builder, template_id):
+def test_a_cancelled_culture_is_no_growth(gold_builder, template_id):
     """``org_name = 'CANCELLED'`` (frequent in MIMIC-IV, absent from the synthetic hospital) reports a test never
     done: a cancelled specimen added before the first growth changes neither what grew nor when."""
     from ehrgym.db.overlay import Overlay, TableEdit
 
     t = get_template(template_id)
-    con = builder.verifier.clean_con
-    for c in builder.candidates[t.id][:5]:
+    con = gold_builder.verifier.clean_con
+    for c in gold_builder.candidates[t.id][:5]:
         sql = render_sql(t.gold_sql, c.params, plain_relation(t))
-        clean = builder.verifier.value(sql, t.answer)
+        clean = gold_builder.verifier.value(sql, t.answer)
         cur = con.execute("SELECT * FROM mimiciv_hosp.microbiologyevents WHERE hadm_id = ? ORDER BY charttime, rowid "
                           "LIMIT 1", [c.params["hadm_id"]])
         row = dict(zip([d[0] for d in cur.description], cur.fetchone()))
@@ -338,10 +302,10 @@ def test_a_cancelled_culture_is_no_growth(builder, template_id):
                      "microevent_id": row["microevent_id"] + 10_000_000}
         cancelled = {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in cancelled.items()}
         overlay = Overlay((TableEdit("microbiologyevents", insert_rows=(cancelled,)),))
-        assert builder.verifier.value(sql, t.answer, overlay) == clean, c.params
+        assert gold_builder.verifier.value(sql, t.answer, overlay) == clean, c.params
         naive = sql.replace("AND e.org_name NOT IN ('CANCELLED')", "")
         assert naive != sql
-        assert builder.verifier.value(naive, t.answer, overlay) != clean, "the cancelled row is not exercised"
+        assert gold_builder.verifier.value(naive, t.answer, overlay) != clean, "the cancelled row is not exercised"
 
 
 def _spec_join() -> str:

@@ -25,12 +25,11 @@ import pytest
 
 from ehrgym.bench.answers import answers_match
 from ehrgym.bench.builder import Builder
-from ehrgym.bench.configs import BuildConfig
 from ehrgym.bench.noise.cleaning import plain_relation
 from ehrgym.bench.sqlrender import render_sql
 from ehrgym.bench.templates.registry import get_template
 from ehrgym.db.items import items_for_table
-from tests.test_bench_templates_episodes import Frames, check_against
+from tests.gold_checks import Frames, assert_gold_on_demo, assert_gold_on_synth
 
 IDS = ("labs.change_first_last", "labs.cohort_argmax_patient", "labs.cohort_max", "labs.cohort_mean",
        "labs.cohort_mean_first", "labs.cohort_rate_above", "labs.count_results_admission",
@@ -255,61 +254,29 @@ def test_every_listed_template_has_a_check():
 
 # ---------------------------------------------------------------- on the synthetic hospital
 
-@pytest.fixture(scope="module")
-def builder(synth_db):
-    b = Builder(synth_db, BuildConfig("t", 10, min_candidates=40), seed=5, progress=False, templates=NEW)
-    for t in NEW:
-        b._draw(t, 40)
-    yield b
-    b.close()
-
-
-@pytest.fixture(scope="module")
-def synth_frames(synth_db):
-    f = Frames(synth_db)
-    yield f
-    f.con.close()
-
-
 @pytest.mark.parametrize("template", NEW, ids=lambda t: t.id)
-def test_gold_matches_pandas_on_synth(builder, synth_frames, template):
-    seen = check_against(builder, synth_frames, template, 25, PANDAS[template.id])
-    assert len(seen) >= min(15, len(builder.candidates[template.id])), (template.id, len(seen))
-    assert len({str(v) for v in seen}) >= 2, (template.id, seen)  # answers vary between entities
+def test_gold_matches_pandas_on_synth(gold_builder, gold_frames, template):
+    assert_gold_on_synth(gold_builder, gold_frames, template, PANDAS[template.id])
 
 
 # ---------------------------------------------------------------- on the MIMIC-IV demo
 
-@pytest.fixture(scope="module")
-def demo_checks(demo_db):
-    b = Builder(demo_db, BuildConfig("t", 10, min_candidates=12), seed=5, progress=False, templates=NEW)
-    frames = Frames(demo_db)
-    try:
-        yield b, frames
-    finally:
-        frames.con.close()
-        b.close()
-
-
 @pytest.mark.parametrize("template", NEW, ids=lambda t: t.id)  # every template reads labevents, which the demo has
-def test_gold_matches_pandas_on_the_demo(demo_checks, template):
-    b, frames = demo_checks
-    b._draw(template, 12)
-    assert b.candidates[template.id], f"{template.id}: no candidate on the demo"
-    assert len(check_against(b, frames, template, 12, PANDAS[template.id])) >= 1
+def test_gold_matches_pandas_on_the_demo(gold_demo, template):
+    assert_gold_on_demo(gold_demo, template, PANDAS[template.id])
 
 
 # ---------------------------------------------------------------- the check tells definitions apart
 
-def test_a_wrong_definition_is_caught(builder, synth_frames):
+def test_a_wrong_definition_is_caught(gold_builder, gold_frames):
     """The pandas check is not vacuous: a mean over 48 instead of 72 hours disagrees with it somewhere."""
     t = get_template("labs.mean_first_72h")
     changed = replace(t, gold_sql=t.gold_sql.replace("BETWEEN {t0} AND {t1}", "BETWEEN {t0} AND {t1} - INTERVAL 24 HOUR"))
     assert changed.gold_sql != t.gold_sql
     disagree = 0
-    for c in builder.candidates[t.id][:30]:
-        got = builder.verifier.value(render_sql(changed.gold_sql, c.params, plain_relation(changed)), t.answer)
-        disagree += got is None or not answers_match(got, mean_first_72h(synth_frames, c.params), t.answer)
+    for c in gold_builder.candidates[t.id][:30]:
+        got = gold_builder.verifier.value(render_sql(changed.gold_sql, c.params, plain_relation(changed)), t.answer)
+        disagree += got is None or not answers_match(got, mean_first_72h(gold_frames, c.params), t.answer)
     assert disagree >= 1
 
 
@@ -341,11 +308,11 @@ def _gold(b: Builder, template_id: str, params: dict) -> Any:
     return b.verifier.value(render_sql(t.gold_sql, params, plain_relation(t)), t.answer)
 
 
-def test_simultaneous_results_of_two_items_read_the_reference_item(builder, synth_frames):
+def test_simultaneous_results_of_two_items_read_the_reference_item(gold_builder, gold_frames):
     """Where a CBC and a blood-gas hemoglobin (hematocrit) were drawn at the same minute and disagree, "the first
     (last) hemoglobin" is the CBC's, in the patient questions and in the cohort mean of first values alike (the
     cohort gold took the lower of the two before)."""
-    f = synth_frames
+    f = gold_frames
     cases = {"labs.change_first_last": _tied_edges(f, last=False)[:5],
              "labs.last_value_admission": _tied_edges(f, last=True)[:5],
              "labs.cohort_mean_first": [p for p in _tied_edges(f, last=False) if p["admission_type"]][:5]}
@@ -353,4 +320,4 @@ def test_simultaneous_results_of_two_items_read_the_reference_item(builder, synt
         assert params, template_id
         spec = get_template(template_id).answer
         for p in params:
-            assert answers_match(_gold(builder, template_id, p), PANDAS[template_id](f, p), spec), (template_id, p)
+            assert answers_match(_gold(gold_builder, template_id, p), PANDAS[template_id](f, p), spec), (template_id, p)

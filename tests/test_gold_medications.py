@@ -24,12 +24,12 @@ import pytest
 from ehrgym.bench.answers import answers_match
 from ehrgym.bench.builder import Builder
 from ehrgym.bench.concepts import get_concept
-from ehrgym.bench.configs import BuildConfig
 from ehrgym.bench.noise.cleaning import plain_relation
 from ehrgym.bench.sqlrender import render_sql
 from ehrgym.bench.templates.medications import ADMINISTERED
 from ehrgym.bench.templates.registry import get_template
-from tests.test_bench_templates_episodes import Frames, _has_condition, check_against
+from tests.gold_checks import Frames, assert_gold_on_demo, assert_gold_on_synth
+from tests.test_bench_templates_episodes import _has_condition
 
 IDS = ("medications.cohort_count_doses", "medications.cohort_mean_drip_amount",
        "medications.cohort_mean_hours_to_dose", "medications.cohort_share_on_drip",
@@ -293,60 +293,26 @@ def test_every_listed_template_has_a_check():
 
 # ---------------------------------------------------------------- on the synthetic hospital
 
-@pytest.fixture(scope="module")
-def builder(synth_db):
-    b = Builder(synth_db, BuildConfig("t", 10, min_candidates=40), seed=5, progress=False, templates=NEW)
-    for t in NEW:
-        b._draw(t, 40)
-    yield b
-    b.close()
-
-
-@pytest.fixture(scope="module")
-def synth_frames(synth_db):
-    f = Frames(synth_db)
-    yield f
-    f.con.close()
-
-
 @pytest.mark.parametrize("template", NEW, ids=lambda t: t.id)
-def test_gold_matches_pandas_on_synth(builder, synth_frames, template):
-    candidates = builder.candidates[template.id]
-    seen = check_against(builder, synth_frames, template, 25, PANDAS[template.id])
-    assert len(seen) >= min(15, len(candidates)) and len(seen) >= 10, (template.id, len(candidates))
-    assert len({str(v) for v in seen}) >= 2, (template.id, seen)  # answers vary between entities
+def test_gold_matches_pandas_on_synth(gold_builder, gold_frames, template):
+    assert_gold_on_synth(gold_builder, gold_frames, template, PANDAS[template.id])
 
 
 # ---------------------------------------------------------------- on the MIMIC-IV demo
 
-@pytest.fixture(scope="module")
-def demo_checks(demo_db):
-    b = Builder(demo_db, BuildConfig("t", 10, min_candidates=12), seed=5, progress=False, templates=NEW)
-    frames = Frames(demo_db)
-    try:
-        yield b, frames
-    finally:
-        frames.con.close()
-        b.close()
-
-
 @pytest.mark.parametrize("template", NEW, ids=lambda t: t.id)
-def test_gold_matches_pandas_on_the_demo(demo_checks, template):
-    """Every listed template has candidates on the demo (eMAR, prescriptions and inputevents all hold data)."""
-    b, frames = demo_checks
-    b._draw(template, 12)
-    assert b.candidates[template.id], f"{template.id}: no candidate on the demo"
-    assert len(check_against(b, frames, template, 12, PANDAS[template.id])) >= 1
+def test_gold_matches_pandas_on_the_demo(gold_demo, template):
+    assert_gold_on_demo(gold_demo, template, PANDAS[template.id])
 
 
-def _gold(builder: Builder, template_id: str, params: dict) -> Any:
+def _gold(gold_builder: Builder, template_id: str, params: dict) -> Any:
     t = get_template(template_id)
-    return builder.verifier.value(render_sql(t.gold_sql, params, plain_relation(t)), t.answer)
+    return gold_builder.verifier.value(render_sql(t.gold_sql, params, plain_relation(t)), t.answer)
 
 
-def test_delayed_and_partial_administrations_are_doses(demo_checks):
+def test_delayed_and_partial_administrations_are_doses(gold_demo):
     """The demo charts doses as 'Delayed Administered' (vancomycin, cefepime, metoprolol …): they are counted."""
-    b, frames = demo_checks
+    b, frames = gold_demo
     emar = frames.emar
     late = emar[emar.event_txt.isin(["Delayed Administered", "Partial Administered", "Administered in Other Location"])
                 & emar.hadm_id.notna()]
@@ -360,10 +326,10 @@ def test_delayed_and_partial_administrations_are_doses(demo_checks):
         assert _gold(b, "medications.count_doses", p) == count_doses(frames, p), p
 
 
-def test_overlapping_infusion_segments_count_once(demo_checks):
+def test_overlapping_infusion_segments_count_once(gold_demo):
     """Propofol boluses charted inside a running drip and overlapping norepinephrine segments (demo) add no hours:
     where summing the segments' durations gives another answer than their union, the gold is the union."""
-    b, frames = demo_checks
+    b, frames = gold_demo
     t = get_template("medications.drip_hours")
     overlapping = []
     for label in ("propofol", "norepinephrine"):
@@ -378,24 +344,24 @@ def test_overlapping_infusion_segments_count_once(demo_checks):
         assert answers_match(got, drip_hours(frames, p), t.answer), (p, got, summed)
 
 
-def test_sodium_bicarbonate_names_no_route(demo_checks):
+def test_sodium_bicarbonate_names_no_route(gold_demo):
     """The demo orders sodium bicarbonate IV more often than by mouth: the concept's name claims no route, so
     "by which route" may truly be answered IV (the concept was once named "oral sodium bicarbonate")."""
-    b, _ = demo_checks
+    b, _ = gold_demo
     p = {"subject_id": 10005817, "hadm_id": 28661809, "drug": "sodium bicarbonate"}
     assert _gold(b, "medications.route", p) == "IV"
 
 
 # ---------------------------------------------------------------- the check is not vacuous
 
-def test_a_wrong_definition_is_caught(builder, synth_frames):
+def test_a_wrong_definition_is_caught(gold_builder, gold_frames):
     """Counting every charted eMAR event of the drug (held, flushed, not given per sliding scale) instead of the
     administrations disagrees with the pandas count somewhere (heparin, insulin)."""
     t = get_template("medications.count_doses")
     every_event = t.gold_sql.replace("AND e.event_txt IN " + ADMINISTERED, "")
     assert every_event != t.gold_sql
     disagree = 0
-    for c in builder.candidates[t.id][:30]:
-        got = builder.verifier.value(render_sql(every_event, c.params, plain_relation(t)), t.answer)
-        disagree += not answers_match(got, count_doses(synth_frames, c.params), t.answer)
+    for c in gold_builder.candidates[t.id][:30]:
+        got = gold_builder.verifier.value(render_sql(every_event, c.params, plain_relation(t)), t.answer)
+        disagree += not answers_match(got, count_doses(gold_frames, c.params), t.answer)
     assert disagree >= 1

@@ -23,13 +23,12 @@ import pytest
 
 from ehrgym.bench.answers import answers_match
 from ehrgym.bench.builder import Builder
-from ehrgym.bench.configs import BuildConfig
 from ehrgym.bench.noise.cleaning import plain_relation
 from ehrgym.bench.sqlrender import render_sql
 from ehrgym.bench.templates import Template
 from ehrgym.bench.templates.registry import get_template
 from ehrgym.bench.templates.vitals import STAY_ITEM_SAMPLER
-from tests.test_bench_templates_episodes import Frames, check_against
+from tests.gold_checks import Frames, assert_gold_on_demo, assert_gold_on_synth
 
 IDS = ("vitals.cohort_max", "vitals.cohort_mean", "vitals.cohort_mean_urine", "vitals.cohort_rate_high",
        "vitals.count_high_stay", "vitals.first_value_stay", "vitals.max_value_stay", "vitals.mean_first_24h",
@@ -214,74 +213,40 @@ def test_every_listed_template_has_a_check():
 
 # ---------------------------------------------------------------- on the synthetic hospital
 
-@pytest.fixture(scope="module")
-def synth_frames(synth_db):
-    f = Frames(synth_db)
-    yield f
-    f.con.close()
-
-
-@pytest.fixture(scope="module")
-def builder(synth_db):
-    b = Builder(synth_db, BuildConfig("t", 10, min_candidates=40), seed=5, progress=False, templates=NEW)
-    for t in NEW:
-        b._draw(t, 40)
-    yield b
-    b.close()
-
-
 @pytest.mark.parametrize("template", NEW, ids=lambda t: t.id)
-def test_gold_matches_pandas_on_synth(builder, synth_frames, template):
-    candidates = builder.candidates[template.id]
-    seen = check_against(builder, synth_frames, template, 25, PANDAS[template.id])
-    assert len(seen) >= min(15, len(candidates)) and seen, (template.id, len(candidates))
-    if template.answer.type != "boolean":
-        assert len({str(v) for v in seen}) >= 2, (template.id, seen)  # answers vary between entities
+def test_gold_matches_pandas_on_synth(gold_builder, gold_frames, template):
+    assert_gold_on_synth(gold_builder, gold_frames, template, PANDAS[template.id])
 
 
 # ---------------------------------------------------------------- on the MIMIC-IV demo
 
-@pytest.fixture(scope="module")
-def demo_checks(demo_db):
-    b = Builder(demo_db, BuildConfig("t", 10, min_candidates=12), seed=5, progress=False, templates=NEW)
-    frames = Frames(demo_db)
-    try:
-        yield b, frames
-    finally:
-        frames.con.close()
-        b.close()
-
-
 @pytest.mark.parametrize("template", [t for t in NEW if t.id not in CHART], ids=lambda t: t.id)
-def test_gold_matches_pandas_on_the_demo(demo_checks, template):
+def test_gold_matches_pandas_on_the_demo(gold_demo, template):
     """The urine templates on the real MIMIC-IV demo. The demo ships no chartevents, so the eight chartevents
     templates (``CHART``) have no candidate there and are checked on the synthetic hospital only."""
-    b, frames = demo_checks
-    b._draw(template, 12)
-    assert b.candidates[template.id], f"{template.id}: no candidate on the demo"
-    assert len(check_against(b, frames, template, 12, PANDAS[template.id])) >= 1
+    assert_gold_on_demo(gold_demo, template, PANDAS[template.id])
 
 
-def test_the_demo_has_no_chartevents_candidates(demo_checks):
+def test_the_demo_has_no_chartevents_candidates(gold_demo):
     """The exclusion above is because the demo has no chartevents, not because a sampler broke."""
-    b, frames = demo_checks
+    b, frames = gold_demo
     assert frames.con.execute("SELECT count(*) FROM mimiciv_icu.chartevents").fetchone()[0] == 0
     assert CHART == set(IDS) - {"vitals.urine_output_stay", "vitals.cohort_mean_urine"}
 
 
 # ---------------------------------------------------------------- the check is not vacuous
 
-def _disagreements(builder: Builder, template: Template, sql: str, compute: Callable[[Frames, dict], Any],
+def _disagreements(gold_builder: Builder, template: Template, sql: str, compute: Callable[[Frames, dict], Any],
                    frames: Frames, n: int = 40) -> int:
     """How many of the first ``n`` candidates ``sql`` (a changed gold SQL) answers otherwise than ``compute``."""
     differs = 0
-    for c in builder.candidates[template.id][:n]:
-        got = builder.verifier.value(render_sql(sql, c.params, plain_relation(template)), template.answer)
+    for c in gold_builder.candidates[template.id][:n]:
+        got = gold_builder.verifier.value(render_sql(sql, c.params, plain_relation(template)), template.answer)
         differs += got is None or not answers_match(got, compute(frames, c.params), template.answer)
     return differs
 
 
-def test_a_wrong_definition_is_caught(builder, synth_frames):
+def test_a_wrong_definition_is_caught(gold_builder, gold_frames):
     """The pandas check is not vacuous: counting readings at or above the threshold (>=, not "above") disagrees
     with it on some stay, and so does counting the sign's primary item only (a systolic pressure count without
     the arterial line, a respiratory rate without the ventilator's total)."""
@@ -289,27 +254,27 @@ def test_a_wrong_definition_is_caught(builder, synth_frames):
     at_or_above = t.gold_sql.replace("e.valuenum > {threshold}", "e.valuenum >= {threshold}")
     one_item = t.gold_sql.replace("cpt.concept = {label}", "cpt.concept = {label} AND e.itemid = {itemid}")
     assert at_or_above != t.gold_sql and one_item != t.gold_sql
-    assert _disagreements(builder, t, at_or_above, count_high_stay, synth_frames) >= 1
-    assert _disagreements(builder, t, one_item, count_high_stay, synth_frames) >= 1
+    assert _disagreements(gold_builder, t, at_or_above, count_high_stay, gold_frames) >= 1
+    assert _disagreements(gold_builder, t, one_item, count_high_stay, gold_frames) >= 1
 
 
-def test_stays_whose_first_readings_disagree_are_not_asked_about(builder, synth_frames):
+def test_stays_whose_first_readings_disagree_are_not_asked_about(gold_builder, gold_frames):
     """Two items of the vital sign charted at the stay's first minute with different values (arterial and cuff
     pressure) leave "the first reading" undefined: no such stay is a candidate, although the hospital has them
     (the stay-and-concept sampler the other templates use draws them)."""
     t = get_template("vitals.first_value_stay")
-    drawn = builder.candidates[t.id]
-    assert drawn and all(first_readings(synth_frames, c.params).dropna().nunique() == 1 for c in drawn)
-    former = builder.verifier.clean_con.execute(STAY_ITEM_SAMPLER).df().head(300)
+    drawn = gold_builder.candidates[t.id]
+    assert drawn and all(first_readings(gold_frames, c.params).dropna().nunique() == 1 for c in drawn)
+    former = gold_builder.verifier.clean_con.execute(STAY_ITEM_SAMPLER).df().head(300)
     undefined = [r for r in former.itertuples()
-                 if first_readings(synth_frames, {"label": r.label, "subject_id": r.subject_id,
+                 if first_readings(gold_frames, {"label": r.label, "subject_id": r.subject_id,
                                                   "stay_id": r.stay_id}).dropna().nunique() >= 2]
     assert undefined, "the hospital has no stay whose first readings disagree: the exclusion is not exercised"
 
 
-def test_rules_find_the_dictionary_items(synth_frames):
+def test_rules_find_the_dictionary_items(gold_frames):
     """The label rules pick the bedside items, not alarm limits or settings that share their words."""
-    f = synth_frames
+    f = gold_frames
     assert {220045} <= vital_items(f, "heart rate") and not vital_items(f, "heart rate") & {220046, 220047}
     assert {220050, 220179} <= vital_items(f, "systolic blood pressure")
     assert vital_items(f, "respiratory rate") >= {220210, 224690}
