@@ -40,7 +40,7 @@ def test_the_probe_reads_a_channel_that_is_there(tiny, synth_db):
     """Positive control: noisy twins whose view carries 400 extra literal rows are told from clean twins served the
     base (no background): the probe is not blind."""
     report = timing_report(time_episodes(synth_db, _heavy_pairs(tiny, synth_db), repeats=2))
-    assert report["noisy_slower_first"]["share"] >= 0.9
+    assert report["noisy_slower_best"]["share"] >= 0.9  # best of 2: robust to a load spike
     assert report["clean_vs_noise"]["balanced_accuracy"] >= 0.8
     assert report["passes"] is False
 
@@ -93,8 +93,10 @@ def test_the_sql_reply_quantum_hides_what_a_cell_could_time(tiny, synth_db):
     from ehrgym.bench.validity.timing import time_episodes_env
 
     heavy = _heavy_pairs(tiny, synth_db, n=16, rows=100)
-    bare = timing_report(time_episodes_env(synth_db, heavy, repeats=2, quantum_ms=0))
-    assert bare["noisy_slower_first"]["share"] >= 0.9
+    # the best of three calls: a load spike on the shared machine (the suite runs in two worker processes) can
+    # slow one call of a clean twin, not all three
+    bare = timing_report(time_episodes_env(synth_db, heavy, repeats=3, quantum_ms=0))
+    assert bare["noisy_slower_best"]["share"] >= 0.9
     rows = time_episodes_env(synth_db, heavy, repeats=2, quantum_ms=60)
     assert all(60 * 0.98 <= r.best_ms < 2 * 60 for r in rows)
     held = timing_report(rows)
