@@ -8,7 +8,7 @@ All templates here are tier 3 (cohort definitions with multi-step time logic).
 from __future__ import annotations
 
 from ehrgym.bench.templates.base import ADMISSION_WINDOW, ICU_WINDOW, Evidence, Template
-from ehrgym.bench.templates.concept_sql import (AKI_CONDITION, CREATININE, ICU_UNIT_VALUES, KDIGO_WORDS,
+from ehrgym.bench.templates.concept_sql import (AKI_CONDITION, CREATININE, covered_hours_sql, ICU_UNIT_VALUES, KDIGO_WORDS,
                                                 SUSPICION_AFTER_H, SUSPICION_BEFORE_H, SUSPICION_WORDS,
                                                 VASOPRESSOR_IDS, VASOPRESSOR_WORDS, aki_condition,
                                                 antibiotic_predicate, icd_group_predicate, kdigo_flag_sql,
@@ -108,25 +108,10 @@ SELECT round(100.0 * (SELECT count(*) FROM aki) / count(*), 2) FROM cohort"""
 
 # ---------------------------------------------------------------- vasopressors (medications)
 
-PRESSOR_HOURS_GOLD = f"""WITH iv AS (
-  SELECT e.starttime, e.endtime
+PRESSOR_HOURS_GOLD = covered_hours_sql(f"""  SELECT e.starttime, e.endtime
   FROM {{inputevents}} e
   WHERE e.subject_id = {{subject_id}} AND e.stay_id = {{stay_id}} AND e.itemid IN ({VASOPRESSOR_IDS})
-    AND e.endtime > e.starttime
-), ordered AS (
-  SELECT starttime, endtime,
-         max(endtime) OVER (ORDER BY starttime, endtime ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-  FROM iv
-), islands AS (
-  SELECT starttime, endtime,
-         sum(CASE WHEN prev_end IS NULL OR starttime > prev_end THEN 1 ELSE 0 END)
-           OVER (ORDER BY starttime, endtime) AS island
-  FROM ordered
-)
-SELECT sum(hours) FROM (
-  SELECT island, date_diff('second', min(starttime), max(endtime)) / 3600.0 AS hours
-  FROM islands GROUP BY island
-)"""
+    AND e.endtime > e.starttime""")
 
 PRESSOR_DOSE_SAMPLER = f"""SELECT c.itemid, lower(d.label) AS drug, c.t0, c.t1 FROM (
 {period_sampler(f'''  SELECT s.stay_id, s.intime AS t, v.itemid, TRUE AS positive

@@ -98,6 +98,27 @@ def emar_antibiotic_predicate(alias: str = "m") -> str:
             f"AND {dose_given_predicate(alias)}")
 
 
+def covered_hours_sql(segments: str) -> str:
+    """Hours covered by the union of ``segments`` (a SELECT of ``starttime, endtime`` rows with endtime > starttime):
+    overlapping or nested segments (several drugs at once, a bolus inside a running drip) count once."""
+    return f"""WITH iv AS (
+{segments}
+), ordered AS (
+  SELECT starttime, endtime,
+         max(endtime) OVER (ORDER BY starttime, endtime ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+  FROM iv
+), islands AS (
+  SELECT starttime, endtime,
+         sum(CASE WHEN prev_end IS NULL OR starttime > prev_end THEN 1 ELSE 0 END)
+           OVER (ORDER BY starttime, endtime) AS island
+  FROM ordered
+)
+SELECT sum(hours) FROM (
+  SELECT island, date_diff('second', min(starttime), max(endtime)) / 3600.0 AS hours
+  FROM islands GROUP BY island
+)"""
+
+
 # ---------------------------------------------------------------- KDIGO creatinine criteria
 CREATININE = 50912
 KDIGO_RISE_48H = 0.3  # mg/dL above the lowest value of the previous 48 hours

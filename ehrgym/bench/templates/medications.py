@@ -17,7 +17,7 @@ from typing import Any
 from ehrgym.bench.answers import AnswerSpec
 from ehrgym.bench.concepts import concepts, primary_items, relation  # noqa: F401  (importable from here, as before)
 from ehrgym.bench.noise.units import CONVERSIONS, UnitConversion
-from ehrgym.bench.templates.concept_sql import DOSE_GIVEN_EVENTS, strings
+from ehrgym.bench.templates.concept_sql import DOSE_GIVEN_EVENTS, covered_hours_sql, dose_given_predicate, strings
 from ehrgym.bench.templates.base import ADMISSION_WINDOW, ICU_WINDOW, Evidence, Premise, Template, TimeWindow  # noqa: F401
 from ehrgym.bench.templates.diagnoses import DX_CONCEPTS, INFECTIONS  # noqa: F401
 from ehrgym.bench.templates.families import FIRST_CAREUNIT, INFUSIONS, coded_admissions, coded_cohort, dx_join
@@ -51,9 +51,9 @@ DRIPS = INFUSIONS  # the family: inputevents rows of the infusion concepts, by I
 DRIP_CONCEPTS = DRIPS.concepts
 DRIP_PRIMARY = DRIPS.primary
 DRIP_JOIN = DRIPS.join
-# eMAR events that record a dose given (concept_sql.DOSE_GIVEN_EVENTS), and with an infusion's start those that mean
+# an eMAR row recording a dose given (concept_sql.DOSE_GIVEN_EVENTS); with an infusion's start, the events that mean
 # the drug reached the patient
-ADMINISTERED = f"({strings(DOSE_GIVEN_EVENTS)})"
+DOSE_GIVEN = dose_given_predicate("e")
 GIVEN = f"({strings(DOSE_GIVEN_EVENTS + ('Started',))})"
 
 # A vasoactive or sedative drip charted in mcg instead of mg is the classic infusion unit error.
@@ -72,7 +72,7 @@ RX_EVIDENCE: dict[str, Any] = dict(table="prescriptions", join=RX_DRUG, where="e
                    window=ADMISSION_WINDOW)
 EMAR_KEY = ("subject_id", "emar_seq")  # emar_id: a re-stored copy keeps it
 EMAR_DOSES: dict[str, Any] = dict(table="emar", join=EMAR_DRUG,
-                  where="e.hadm_id = {hadm_id} AND dc.concept = {drug} AND e.event_txt IN " + ADMINISTERED,
+                  where="e.hadm_id = {hadm_id} AND dc.concept = {drug} AND " + DOSE_GIVEN,
                   key=EMAR_KEY, time_col="charttime", window=ADMISSION_WINDOW, store_col="storetime")
 DRIP_EVIDENCE: dict[str, Any] = DRIPS.evidence(values=False, join=DRIP_JOIN,
                                                 where="e.stay_id = {stay_id} AND cpt.concept = {label}")
@@ -128,14 +128,14 @@ WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id} AND dc.concept = {dr
         ),
         sampler_sql=f"""SELECT DISTINCT e.subject_id, e.hadm_id, dc.concept AS drug FROM mimiciv_hosp.emar e
 {EMAR_ABX}
-WHERE e.event_txt IN {ADMINISTERED} AND e.hadm_id IS NOT NULL""",
+WHERE {DOSE_GIVEN} AND e.hadm_id IS NOT NULL""",
         # exact to the second (epoch), not counted in minute boundaries
         gold_sql="""SELECT (epoch(min(e.charttime)) - epoch(a.admittime)) / 3600.0
 FROM {emar} e
 JOIN mimiciv_hosp.admissions a ON a.hadm_id = e.hadm_id
 """ + EMAR_ABX + """
 WHERE a.subject_id = {subject_id} AND a.hadm_id = {hadm_id}
-  AND dc.concept = {drug} AND e.event_txt IN """ + ADMINISTERED + """
+  AND dc.concept = {drug} AND """ + DOSE_GIVEN + """
 GROUP BY a.admittime""",
         answer=HOURS,
         evidence=Evidence(**{**EMAR_DOSES, "join": EMAR_ABX}, focus="first"),
@@ -153,12 +153,12 @@ GROUP BY a.admittime""",
         ),
         sampler_sql=f"""SELECT DISTINCT e.subject_id, e.hadm_id, dc.concept AS drug FROM mimiciv_hosp.emar e
 {EMAR_DRUG}
-WHERE e.event_txt IN {ADMINISTERED} AND e.hadm_id IS NOT NULL""",
+WHERE {DOSE_GIVEN} AND e.hadm_id IS NOT NULL""",
         gold_sql="""SELECT count(*)
 FROM {emar} e
 """ + EMAR_DRUG + """
 WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id}
-  AND dc.concept = {drug} AND e.event_txt IN """ + ADMINISTERED,
+  AND dc.concept = {drug} AND """ + DOSE_GIVEN,
         answer=COUNT,
         evidence=Evidence(**EMAR_DOSES, focus="any"),
         noise=("duplicate_records", "out_of_window", "nonexistent_entity", "lexical_variation", "out_of_scope"),
@@ -208,14 +208,9 @@ WHERE e.subject_id = {subject_id} AND e.hadm_id = {hadm_id}
         ),
         sampler_sql=DRIP_SAMPLER,
         # hours the drug ran: the union of the charted segments (a bolus charted inside a running drip, or two
-        # overlapping segments, count once); each segment adds what runs past every earlier-starting one
-        gold_sql="""WITH seg AS (
-  SELECT e.starttime, e.endtime,
-         max(e.endtime) OVER (ORDER BY e.starttime, e.endtime ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS ran_until
-  FROM {inputevents} e""" + DRIP_FILTER + """
-)
-SELECT sum(greatest(0, epoch(endtime) - epoch(greatest(starttime, coalesce(ran_until, starttime))))) / 3600.0
-FROM seg""",
+        # overlapping segments, count once)
+        gold_sql=covered_hours_sql("  SELECT e.starttime, e.endtime\n  FROM {inputevents} e"
+                                   + DRIP_FILTER.replace("\n", "\n  ") + "\n    AND e.endtime > e.starttime"),
         answer=HOURS,
         evidence=Evidence(**DRIP_EVIDENCE, focus="any"),
         # a re-stored copy of a segment covers the same hours: no duplicate_records trap for a union of intervals
@@ -453,16 +448,16 @@ SELECT 100.0 * (SELECT count(*) FROM treated) / (SELECT count(*) FROM stays)""",
 FROM mimiciv_hosp.emar e
 JOIN mimiciv_hosp.admissions a ON a.hadm_id = e.hadm_id
 {EMAR_DRUG}
-WHERE e.event_txt IN {ADMINISTERED}
+WHERE {DOSE_GIVEN}
 GROUP BY ALL
 HAVING count(*) BETWEEN 2 AND 400""",
         gold_sql="""SELECT count(*)
 FROM {emar} e
 JOIN mimiciv_hosp.admissions a ON a.hadm_id = e.hadm_id
 """ + EMAR_DRUG + """
-WHERE dc.concept = {drug} AND e.event_txt IN """ + ADMINISTERED + """ AND extract(year FROM a.admittime) = {year}""",
+WHERE dc.concept = {drug} AND """ + DOSE_GIVEN + """ AND extract(year FROM a.admittime) = {year}""",
         answer=COUNT,
-        evidence=Evidence(**{**EMAR_DOSES, "where": "dc.concept = {drug} AND e.event_txt IN " + ADMINISTERED + " AND "
+        evidence=Evidence(**{**EMAR_DOSES, "where": "dc.concept = {drug} AND " + DOSE_GIVEN + " AND "
                                                     + ADM_IN_YEAR, "join": EMAR_DRUG + " " + ADM_JOIN}),
         noise=("duplicate_records", "out_of_window", "lexical_variation", "out_of_scope"),
         lexical="drug", time_window=YEAR_WINDOW, description="number of eMAR administrations of a drug in a year",
@@ -480,7 +475,7 @@ WHERE dc.concept = {drug} AND e.event_txt IN """ + ADMINISTERED + """ AND extrac
 FROM mimiciv_hosp.emar e
 JOIN mimiciv_hosp.admissions a ON a.hadm_id = e.hadm_id
 {EMAR_ABX}
-WHERE e.event_txt IN {ADMINISTERED}
+WHERE {DOSE_GIVEN}
 GROUP BY ALL
 HAVING count(*) BETWEEN 2 AND 400""",
         gold_sql="""WITH firsts AS (
@@ -488,14 +483,14 @@ HAVING count(*) BETWEEN 2 AND 400""",
   FROM {emar} e
   JOIN mimiciv_hosp.admissions a ON a.hadm_id = e.hadm_id
   """ + EMAR_ABX + """
-  WHERE dc.concept = {drug} AND e.event_txt IN """ + ADMINISTERED + """ AND extract(year FROM a.admittime) = {year}
+  WHERE dc.concept = {drug} AND """ + DOSE_GIVEN + """ AND extract(year FROM a.admittime) = {year}
   GROUP BY e.hadm_id
 )
 SELECT avg(epoch(f.first_dose) - epoch(a.admittime)) / 3600.0
 FROM firsts f
 JOIN mimiciv_hosp.admissions a ON a.hadm_id = f.hadm_id""",
         answer=HOURS,
-        evidence=Evidence(**{**EMAR_DOSES, "where": "dc.concept = {drug} AND e.event_txt IN " + ADMINISTERED + " AND "
+        evidence=Evidence(**{**EMAR_DOSES, "where": "dc.concept = {drug} AND " + DOSE_GIVEN + " AND "
                                                     + ADM_IN_YEAR, "join": EMAR_ABX + " " + ADM_JOIN}, focus="first"),
         noise=("missing_evidence", "out_of_window", "temporal_mismatch", "lexical_variation", "out_of_scope"),
         lexical="drug", time_window=YEAR_WINDOW, description="mean time from admission to the first antibiotic dose",

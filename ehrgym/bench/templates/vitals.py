@@ -42,7 +42,7 @@ SELECT subject_id, stay_id, itemid, label
 FROM (
   SELECT e.subject_id, e.stay_id, p.itemid, cpt.concept AS label, e.charttime, e.valuenum,
          min(e.charttime) OVER (PARTITION BY e.stay_id, cpt.concept) AS first_time
-  FROM mimiciv_icu.chartevents e
+  FROM {VITALS.qualified} e
   {VITALS.join}
   JOIN {VITALS.primary} ON p.concept = cpt.concept) r
 GROUP BY ALL
