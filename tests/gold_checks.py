@@ -81,3 +81,21 @@ def assert_gold_on_demo(demo: tuple[Builder, Frames], template: Template,
     builder, frames = demo
     assert builder.candidates[template.id], f"{template.id}: no candidate on the demo"
     return check_against(builder, frames, template, DEMO_CANDIDATES, compute)
+
+
+def gold_value(builder: Builder, template: Template, params: dict, sql: str | None = None) -> Any:
+    """The answer ``sql`` (default: the template's gold SQL) gives for ``params`` on the builder's clean database."""
+    from ehrgym.bench.noise.cleaning import plain_relation
+    from ehrgym.bench.sqlrender import render_sql
+
+    return builder.verifier.value(render_sql(sql or template.gold_sql, params, plain_relation(template)),
+                                  template.answer)
+
+
+def disagreements(builder: Builder, frames: Frames, template: Template, sql: str,
+                  compute: Callable[[Frames, dict], Any], n: int) -> int:
+    """Of the first ``n`` candidates, how many a changed gold SQL (``sql``, a wrong definition) answers otherwise
+    than ``compute``: at least one shows that the independent check tells the definitions apart."""
+    answers = ((gold_value(builder, template, c.params, sql), compute(frames, c.params))
+               for c in builder.candidates[template.id][:n])
+    return sum(got is None or not answers_match(got, expected, template.answer) for got, expected in answers)

@@ -12,7 +12,6 @@ from typing import Any, Callable
 import pandas as pd
 import pytest
 
-from ehrgym.bench.answers import answers_match
 from ehrgym.bench.builder import Builder
 from ehrgym.bench.complexity import sql_complexity
 from ehrgym.bench.configs import BuildConfig
@@ -21,7 +20,7 @@ from ehrgym.bench.noise.cleaning import plain_relation
 from ehrgym.bench.sqlrender import render_sql, render_text
 from ehrgym.bench.templates import Template, all_templates
 from ehrgym.bench.templates.registry import template_module
-from tests.gold_checks import Frames, check_against
+from tests.gold_checks import Frames, check_against, disagreements, gold_value
 
 MODULES = ("episodes", "comorbidity")
 NEW = [t for t in all_templates() if template_module(t.id).rsplit(".", 1)[-1] in MODULES]
@@ -347,7 +346,7 @@ def test_icu_free_days_are_zero_after_an_early_death(builder, synth_frames):
 
 
 def _gold(builder: Builder, template: Template, params: dict) -> Any:
-    return builder.verifier.value(render_sql(template.gold_sql, params, plain_relation(template)), template.answer)
+    return gold_value(builder, template, params)
 
 
 def _families(f: Frames, hadm: int) -> Counter:
@@ -397,11 +396,7 @@ def test_charlson_check_is_not_vacuous(builder, synth_frames):
     scores = [charlson_index(synth_frames, c.params) for c in builder.candidates[t.id][:40]]
     assert len(set(scores)) >= 3, scores
     no_age = t.gold_sql.replace("CASE WHEN age <= 50", "0 * CASE WHEN age <= 50")
-    differs = 0
-    for c in builder.candidates[t.id][:40]:
-        got = builder.verifier.value(render_sql(no_age, c.params, plain_relation(t)), t.answer)
-        differs += not answers_match(got, charlson_index(synth_frames, c.params), t.answer)
-    assert differs >= 1
+    assert disagreements(builder, synth_frames, t, no_age, charlson_index, 40) >= 1
 
 
 def test_ned_weights_matter(builder, synth_frames):
@@ -409,8 +404,4 @@ def test_ned_weights_matter(builder, synth_frames):
     t = next(t for t in NEW if t.id == "medications.peak_norepinephrine_equivalent")
     unweighted = t.gold_sql.replace("WHEN 221749 THEN e.rate / 10", "WHEN 221749 THEN e.rate")
     assert unweighted != t.gold_sql
-    differs = 0
-    for c in builder.candidates[t.id][:40]:
-        got = builder.verifier.value(render_sql(unweighted, c.params, plain_relation(t)), t.answer)
-        differs += not answers_match(got, peak_norepinephrine_equivalent(synth_frames, c.params), t.answer)
-    assert differs >= 1
+    assert disagreements(builder, synth_frames, t, unweighted, peak_norepinephrine_equivalent, 40) >= 1

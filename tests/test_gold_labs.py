@@ -25,11 +25,9 @@ import pytest
 
 from ehrgym.bench.answers import answers_match
 from ehrgym.bench.builder import Builder
-from ehrgym.bench.noise.cleaning import plain_relation
-from ehrgym.bench.sqlrender import render_sql
 from ehrgym.bench.templates.registry import get_template
 from ehrgym.db.items import items_for_table
-from tests.gold_checks import Frames, assert_gold_on_demo, assert_gold_on_synth
+from tests.gold_checks import Frames, assert_gold_on_demo, assert_gold_on_synth, disagreements, gold_value
 
 IDS = ("labs.change_first_last", "labs.cohort_argmax_patient", "labs.cohort_max", "labs.cohort_mean",
        "labs.cohort_mean_first", "labs.cohort_rate_above", "labs.count_results_admission",
@@ -273,11 +271,7 @@ def test_a_wrong_definition_is_caught(gold_builder, gold_frames):
     t = get_template("labs.mean_first_72h")
     changed = replace(t, gold_sql=t.gold_sql.replace("BETWEEN {t0} AND {t1}", "BETWEEN {t0} AND {t1} - INTERVAL 24 HOUR"))
     assert changed.gold_sql != t.gold_sql
-    disagree = 0
-    for c in gold_builder.candidates[t.id][:30]:
-        got = gold_builder.verifier.value(render_sql(changed.gold_sql, c.params, plain_relation(changed)), t.answer)
-        disagree += got is None or not answers_match(got, mean_first_72h(gold_frames, c.params), t.answer)
-    assert disagree >= 1
+    assert disagreements(gold_builder, gold_frames, t, changed.gold_sql, mean_first_72h, 30) >= 1
 
 
 # ---------------------------------------------------------------- results of two items of one lab at one time
@@ -304,8 +298,7 @@ def _tied_edges(f: Frames, last: bool) -> list[dict]:
 
 
 def _gold(b: Builder, template_id: str, params: dict) -> Any:
-    t = get_template(template_id)
-    return b.verifier.value(render_sql(t.gold_sql, params, plain_relation(t)), t.answer)
+    return gold_value(b, get_template(template_id), params)
 
 
 def test_simultaneous_results_of_two_items_read_the_reference_item(gold_builder, gold_frames):

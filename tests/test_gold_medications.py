@@ -24,11 +24,9 @@ import pytest
 from ehrgym.bench.answers import answers_match
 from ehrgym.bench.builder import Builder
 from ehrgym.bench.concepts import get_concept
-from ehrgym.bench.noise.cleaning import plain_relation
-from ehrgym.bench.sqlrender import render_sql
 from ehrgym.bench.templates.medications import DOSE_GIVEN
 from ehrgym.bench.templates.registry import get_template
-from tests.gold_checks import Frames, assert_gold_on_demo, assert_gold_on_synth
+from tests.gold_checks import Frames, assert_gold_on_demo, assert_gold_on_synth, disagreements, gold_value
 from tests.test_bench_templates_episodes import _has_condition
 
 IDS = ("medications.cohort_count_doses", "medications.cohort_mean_drip_amount",
@@ -306,8 +304,7 @@ def test_gold_matches_pandas_on_the_demo(gold_demo, template):
 
 
 def _gold(gold_builder: Builder, template_id: str, params: dict) -> Any:
-    t = get_template(template_id)
-    return gold_builder.verifier.value(render_sql(t.gold_sql, params, plain_relation(t)), t.answer)
+    return gold_value(gold_builder, get_template(template_id), params)
 
 
 def test_delayed_and_partial_administrations_are_doses(gold_demo):
@@ -360,8 +357,4 @@ def test_a_wrong_definition_is_caught(gold_builder, gold_frames):
     t = get_template("medications.count_doses")
     every_event = t.gold_sql.replace("AND " + DOSE_GIVEN, "")
     assert every_event != t.gold_sql
-    disagree = 0
-    for c in gold_builder.candidates[t.id][:30]:
-        got = gold_builder.verifier.value(render_sql(every_event, c.params, plain_relation(t)), t.answer)
-        disagree += not answers_match(got, count_doses(gold_frames, c.params), t.answer)
-    assert disagree >= 1
+    assert disagreements(gold_builder, gold_frames, t, every_event, count_doses, 30) >= 1

@@ -21,14 +21,9 @@ from typing import Any, Callable
 import pandas as pd
 import pytest
 
-from ehrgym.bench.answers import answers_match
-from ehrgym.bench.builder import Builder
-from ehrgym.bench.noise.cleaning import plain_relation
-from ehrgym.bench.sqlrender import render_sql
-from ehrgym.bench.templates import Template
 from ehrgym.bench.templates.registry import get_template
 from ehrgym.bench.templates.vitals import STAY_ITEM_SAMPLER
-from tests.gold_checks import Frames, assert_gold_on_demo, assert_gold_on_synth
+from tests.gold_checks import Frames, assert_gold_on_demo, assert_gold_on_synth, disagreements
 
 IDS = ("vitals.cohort_max", "vitals.cohort_mean", "vitals.cohort_mean_urine", "vitals.cohort_rate_high",
        "vitals.count_high_stay", "vitals.first_value_stay", "vitals.max_value_stay", "vitals.mean_first_24h",
@@ -236,16 +231,6 @@ def test_the_demo_has_no_chartevents_candidates(gold_demo):
 
 # ---------------------------------------------------------------- the check is not vacuous
 
-def _disagreements(gold_builder: Builder, template: Template, sql: str, compute: Callable[[Frames, dict], Any],
-                   frames: Frames, n: int = 40) -> int:
-    """How many of the first ``n`` candidates ``sql`` (a changed gold SQL) answers otherwise than ``compute``."""
-    differs = 0
-    for c in gold_builder.candidates[template.id][:n]:
-        got = gold_builder.verifier.value(render_sql(sql, c.params, plain_relation(template)), template.answer)
-        differs += got is None or not answers_match(got, compute(frames, c.params), template.answer)
-    return differs
-
-
 def test_a_wrong_definition_is_caught(gold_builder, gold_frames):
     """The pandas check is not vacuous: counting readings at or above the threshold (>=, not "above") disagrees
     with it on some stay, and so does counting the sign's primary item only (a systolic pressure count without
@@ -254,8 +239,8 @@ def test_a_wrong_definition_is_caught(gold_builder, gold_frames):
     at_or_above = t.gold_sql.replace("e.valuenum > {threshold}", "e.valuenum >= {threshold}")
     one_item = t.gold_sql.replace("cpt.concept = {label}", "cpt.concept = {label} AND e.itemid = {itemid}")
     assert at_or_above != t.gold_sql and one_item != t.gold_sql
-    assert _disagreements(gold_builder, t, at_or_above, count_high_stay, gold_frames) >= 1
-    assert _disagreements(gold_builder, t, one_item, count_high_stay, gold_frames) >= 1
+    assert disagreements(gold_builder, gold_frames, t, at_or_above, count_high_stay, 40) >= 1
+    assert disagreements(gold_builder, gold_frames, t, one_item, count_high_stay, 40) >= 1
 
 
 def test_stays_whose_first_readings_disagree_are_not_asked_about(gold_builder, gold_frames):
