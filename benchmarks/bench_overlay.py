@@ -12,6 +12,11 @@ must be identical); and, where a view deletes 400 rowids or more, an agent's loo
 
     .venv/bin/python benchmarks/bench_overlay.py [--db data/bench/synth10k.duckdb] [--bench DIR] [--tasks 300]
 
+``--segments N`` instead compares how views place inserted rows: with up to ``N`` anchors as rowid ranges with the
+new rows between (the form before ``ehrgym.db.overlay.SEGMENTS`` was lowered, N = 64), against the current
+``SEGMENTS``, timing what serving a twin costs — re-pointing the views to its overlay and running its gold SQL
+once, as the builder's verifier and an episode do — for clean and noisy twins (results must be identical).
+
 Without ``--bench`` a ``small`` benchmark is built once on the database under ``data/bench/``.
 """
 
@@ -49,6 +54,63 @@ def timed(verifier: PairVerifier, sql: str, overlay: overlay_module.Overlay, lea
     return statistics.median(times), rows
 
 
+def served(verifier: PairVerifier, sql: str, overlay: overlay_module.Overlay, segments: int, repeats: int
+           ) -> tuple[float, list[tuple[object, ...]]]:
+    """Median seconds to re-point the views to ``overlay`` (placing inserted rows with ``segments``) and run ``sql``."""
+    overlay_module.SEGMENTS = segments
+    times, rows = [], []
+    for _ in range(repeats):
+        verifier.clean()
+        t = time.perf_counter()
+        verifier.use(overlay)
+        rows = verifier.con.execute(sql).fetchall()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), rows
+
+
+def compare_segments(verifier: PairVerifier, tasks: list, old: int, repeats: int) -> None:
+    new = overlay_module.SEGMENTS
+    by_level: dict[str, list[tuple[float, float]]] = {}
+    for task in tasks:
+        overlay = task.overlay
+        if overlay.is_empty:
+            continue
+        before, rows_before = served(verifier, task.gold_sql, overlay, old, repeats)
+        after, rows_after = served(verifier, task.gold_sql, overlay, new, repeats)
+        if repr(rows_before) != repr(rows_after) and not _same_numbers(rows_before, rows_after):
+            raise SystemExit(f"{task.task_id}: the two forms returned different rows")
+        anchors = max((len(set(e.insert_after)) for e in overlay.merged().values()), default=0)
+        for group in (f"{task.variant} {task.level}", f"{'> ' if anchors > new else '<='}{new} anchors"):
+            by_level.setdefault(group, []).append((before, after))
+    overlay_module.SEGMENTS = new
+    for name, pairs in sorted(by_level.items()):
+        a, b = [x for x, _ in pairs], [y for _, y in pairs]
+        print(f"{name:22s} n={len(pairs):4d}  median SEGMENTS={old} {1000 * statistics.median(a):7.2f} ms  "
+              f"SEGMENTS={new} {1000 * statistics.median(b):7.2f} ms  total ratio {sum(a) / sum(b):5.2f}x  "
+              f"worst {1000 * max(a):7.1f} / {1000 * max(b):7.1f} ms")
+    a = [x for pairs in by_level.values() for x, _ in pairs]
+    b = [y for pairs in by_level.values() for _, y in pairs]
+    print(f"all (each twin twice)  total {sum(a) / 2:.2f} s against {sum(b) / 2:.2f} s: {sum(a) / sum(b):.2f}x")
+
+
+def _same_numbers(a: list[tuple[object, ...]], b: list[tuple[object, ...]]) -> bool:
+    """Equal rows up to the last bits of floats (a join's output order regroups a float sum)."""
+    import math
+
+    if len(a) != len(b):
+        return False
+    for ra, rb in zip(a, b):
+        if len(ra) != len(rb):
+            return False
+        for x, y in zip(ra, rb):
+            if isinstance(x, float) and isinstance(y, float):
+                if not (math.isclose(x, y, rel_tol=1e-12, abs_tol=1e-12) or (math.isnan(x) and math.isnan(y))):
+                    return False
+            elif x != y:
+                return False
+    return True
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--db", type=Path, default=REPO / "data/bench/synth10k.duckdb")
@@ -56,6 +118,8 @@ def main() -> None:
     ap.add_argument("--bench", type=Path, default=None)
     ap.add_argument("--tasks", type=int, default=300, help="noisy twins timed (every k-th, spread over the build)")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--segments", type=int, default=None,
+                    help="compare views placing inserted rows with this SEGMENTS against the current one")
     args = ap.parse_args()
 
     if not args.db.exists():
@@ -69,10 +133,16 @@ def main() -> None:
 
         build_benchmark(args.db, bench, config="small", seed=0, progress=True)
 
-    noisy = [t for t in load_tasks_jsonl(bench / "tasks.jsonl") if t.variant == "noise"]
+    every = load_tasks_jsonl(bench / "tasks.jsonl")
+    noisy = [t for t in every if t.variant == "noise"]
     step = max(1, len(noisy) // args.tasks)
     tasks = noisy[::step][: args.tasks]
     verifier = PairVerifier(args.db)
+    if args.segments is not None:
+        twins = every[::max(1, len(every) // (2 * args.tasks))][: 2 * args.tasks]
+        compare_segments(verifier, twins, args.segments, args.repeats)
+        verifier.close()
+        return
     default_leaf = overlay_module.DELETION_LEAF
     by_level: dict[str, list[tuple[float, float]]] = {}
     deleted: list[int] = []
