@@ -16,6 +16,7 @@ from click.testing import CliRunner
 
 from ehrgym.bench.answers import NotComparable, answers_match, gold_from_rows
 from ehrgym.bench.build import build_benchmark
+from ehrgym.bench.card import card_markdown
 from ehrgym.bench.configs import CONFIGS, BuildConfig
 from ehrgym.bench.dataset import load_benchmark
 from ehrgym.bench.task import load_tasks_jsonl
@@ -53,6 +54,26 @@ def test_small_build_meets_its_plan(small):
         for t in (clean, noisy):
             assert t.meta["complexity"] > 0 and t.meta["tables"] and t.meta["evidence_sql"]
             assert t.meta["answer_type"] == t.expected.answer.type
+
+
+def test_card_shows_each_templates_pairs_against_its_plan(small):
+    """Templates the balance starves (and those that make their pairs instead) are visible, including a planned
+    template that kept no pair at all; the counts add up to the build's."""
+    planned, made = small.card["planned_by_template"], small.card["by_template"]
+    assert sum(planned.values()) == CONFIGS["small"].pairs == sum(made.values())
+    assert set(made) <= set(planned)
+    dropped = small.card["balance_dropped_by_template"]
+    assert dropped == small.report["balance_dropped_by_template"] and sum(dropped.values()) > 0
+    assert set(dropped) <= set(planned)
+    md = card_markdown(small.card)
+    section = md.split("## Pairs per template", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    assert len(rows) == len(planned)  # a planned template without pairs is listed with 0
+    for tid, n in planned.items():
+        assert any(r.startswith(f"| `{tid}` | {made.get(tid, 0)}") and f"| {n} |" in r for r in rows), tid
+    short = [t for t in planned if made.get(t, 0) < planned[t] / 2]
+    assert sum("(under half)" in r for r in rows) == len(short)
+    assert f"{len(short)} templates made fewer than half their planned pairs" in section
 
 
 def _match(gold, value, spec) -> bool:

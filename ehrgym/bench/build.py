@@ -77,7 +77,9 @@ def build_benchmark(db: str | Path, out: str | Path, config: str | BuildConfig =
                              "answer/abstain couples of one template, in the cell first, then anywhere "
                              "(ehrgym.bench.configs)"),
             # what this database could not support (e.g. a demo copy without icu/chartevents)
-            "limitations": list(builder.stats.warnings)}
+            "limitations": list(builder.stats.warnings),
+            "planned_by_template": planned_by_template(builder.plan),
+            "balance_dropped_by_template": dict(sorted(builder.stats.balance_dropped.items()))}
     t_card = time.perf_counter()
     sections: dict[str, float] = {}
     card = make_card(tasks, info, db=Path(db), seed=int(seed), workers=cfg.workers, seconds=sections)
@@ -92,6 +94,7 @@ def build_benchmark(db: str | Path, out: str | Path, config: str | BuildConfig =
         "attempts": attempts, "attempts_by_subtype": dict(sorted(stats.attempts.items())),
         "discarded": dict(sorted(stats.discarded.items())),
         "discarded_by_subtype": {k: dict(sorted(v.items())) for k, v in sorted(stats.discarded_by_subtype.items())},
+        "balance_dropped_by_template": dict(sorted(stats.balance_dropped.items())),
         # per kept pair: how its background was made (ehrgym.bench.background): verified edits of the tables it
         # reads that include other patients' rows of its noise's items (verified_items) or not (verified: its noise
         # edits no item's rows, or the focused draw changed an answer), or edits of tables none of its SQL reads
@@ -129,6 +132,14 @@ def build_benchmark(db: str | Path, out: str | Path, config: str | BuildConfig =
 
     dump_json(report, out / "build_report.json")
     return BuildResult(out, tasks, manifest, report, card)
+
+
+def planned_by_template(plan: dict[tuple[str, str], int]) -> dict[str, int]:
+    """Pairs the quota plan gave each template (all its subtypes), before balancing and deficits moved them."""
+    out: Counter[str] = Counter()
+    for (tid, _), quota in plan.items():
+        out[tid] += quota
+    return dict(sorted(out.items()))
 
 
 def _cpu_seconds() -> float:

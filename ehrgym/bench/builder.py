@@ -89,9 +89,11 @@ class BuildStats:
     discarded_by_subtype: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
     timings: Counter = field(default_factory=Counter)
     warnings: list[str] = field(default_factory=list)
+    # template -> pairs verified, then dropped to keep its answer/abstain balance (step 5 of the plan)
+    balance_dropped: Counter = field(default_factory=Counter)
 
     def merge(self, other: "BuildStats") -> None:
-        for name in ("candidates", "ineligible", "attempts", "discarded", "timings"):
+        for name in ("candidates", "ineligible", "attempts", "discarded", "timings", "balance_dropped"):
             getattr(self, name).update(getattr(other, name))
         for sub, counter in other.discarded_by_subtype.items():
             self.discarded_by_subtype[sub].update(counter)
@@ -100,7 +102,7 @@ class BuildStats:
     def replay(self, effects: "BuildStats") -> None:
         """Add what one attempt recorded elsewhere (``Builder.memo``), as if it had run here: warnings in order,
         none dropped as a repeat (unlike :meth:`merge`)."""
-        for name in ("candidates", "ineligible", "attempts", "discarded", "timings"):
+        for name in ("candidates", "ineligible", "attempts", "discarded", "timings", "balance_dropped"):
             getattr(self, name).update(getattr(effects, name))
         for sub, counter in effects.discarded_by_subtype.items():
             self.discarded_by_subtype[sub].update(counter)
@@ -172,6 +174,7 @@ class Builder:
         # from here instead of being made again
         self.memo: dict[AttemptKey, tuple[Draft | None, BuildStats]] = {}
         self.recorded: dict[AttemptKey, tuple[Draft | None, BuildStats]] | None = None  # a helper's attempts
+        self.plan: dict[tuple[str, str], int] = {}  # (template id, subtype) -> planned pairs, once run() sampled
 
     # ---------------------------------------------------------------- planning
     def applicable(self, t: Template) -> list[str]:
@@ -483,6 +486,7 @@ class Builder:
 
     def run(self) -> list[Draft]:
         plan = self.sample()
+        self.plan = plan
         by_id = {t.id: t for t in self.templates}
         slots = [_Slot(by_id[tid], sub, q) for (tid, sub), q in sorted(
             plan.items(), key=lambda kv: (kv[0][0], SUBTYPE_ORDER.index(kv[0][1])))]
@@ -530,6 +534,7 @@ class Builder:
                 at = [i for i, d in enumerate(drafts) if d.template.id == tid and d.subtype == LEXICAL]
                 for i in reversed(at[len(at) - surplus:]):
                     self._forget(drafts.pop(i))
+                self.stats.balance_dropped[tid] += min(surplus, len(at))
                 st.made[(tid, "answer")] -= surplus
                 lexical[0].made -= surplus
                 bar.update(-surplus)
@@ -560,6 +565,7 @@ class Builder:
         for i in reversed(at[len(at) - n:] if n > 0 else []):
             d = drafts.pop(i)
             self._forget(d)
+            self.stats.balance_dropped[tid] += 1
             st.made[(tid, side)] -= 1
             st.query_abstain[tid] -= d.subtype in QUERY_ABSTAIN
             for slot in st.sides[tid][side]:

@@ -119,9 +119,37 @@ def card_markdown(card: dict[str, Any]) -> str:
             for nl, subs in variants.get("noise", {}).items():
                 for sub, n in subs.items():
                     lines.append(f"| {intent} | {level} | {nl} | {sub} | {n} |")
-    lines += ["", "## Pairs per template", ""] + [f"- `{k}`: {v}" for k, v in card["by_template"].items()]
+    lines += template_shares_markdown(card)
     if card.get("limitations"):
         lines += ["", "## Limitations of this build", ""] + [f"- {w}" for w in card["limitations"]]
     if card.get("validity"):
         lines += validity_markdown(card["validity"])
     return "\n".join(lines) + "\n"
+
+
+def template_shares_markdown(card: dict[str, Any]) -> list[str]:
+    """Pairs per template against the quota plan: templates whose subtypes cannot keep half their twins answering
+    (step 5 of the plan, ``ehrgym.bench.configs``) lose pairs, which other templates of their cell make instead."""
+    made: dict[str, int] = card["by_template"]
+    planned: dict[str, int] | None = card.get("planned_by_template")
+    if not planned:  # a card written before plans were recorded
+        return ["", "## Pairs per template", ""] + [f"- `{k}`: {v}" for k, v in made.items()]
+    dropped: dict[str, int] = card.get("balance_dropped_by_template", {})
+    names = sorted(set(planned) | set(made))
+    short = [t for t in names if made.get(t, 0) < planned.get(t, 0) / 2]
+    over = [t for t in names if made.get(t, 0) > 2 * planned.get(t, 0)]
+    total = sum(made.values()) or 1
+    largest = max(names, key=lambda t: (made.get(t, 0), t))
+    lines = ["", "## Pairs per template", "",
+             f"{len(names)} templates planned, {sum(1 for t in names if made.get(t, 0))} with pairs. The plan spreads a "
+             "cell's pairs over its templates by subtype and tier; a template then keeps half its noisy twins "
+             "answering and half abstaining, so one whose answering (or abstaining) subtypes rarely verify loses "
+             "its unmatched pairs (\"dropped for balance\": verified, then dropped), and the cell's other templates make "
+             f"its pairs instead. {len(short)} templates made fewer than half their planned pairs, {len(over)} more "
+             f"than twice; the largest, `{largest}`, holds {made.get(largest, 0)} pairs "
+             f"({100 * made.get(largest, 0) / total:.1f} %, planned {planned.get(largest, 0)}).", "",
+             "| template | pairs | planned | dropped for balance |", "|---|---|---|---|"]
+    for t in names:
+        flag = " (under half)" if t in short else " (over twice)" if t in over else ""
+        lines.append(f"| `{t}` | {made.get(t, 0)}{flag} | {planned.get(t, 0)} | {dropped.get(t, 0)} |")
+    return lines
