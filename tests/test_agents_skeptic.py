@@ -94,3 +94,24 @@ def test_pushdown_reads_item_ids_from_literal_concept_tables() -> None:
         tree = sqlglot.parse_one(sql, read="duckdb")
         table = next(t for t in tree.find_all(sqlglot.exp.Table) if t.name == "labevents")
         assert pushdown(table, TABLE_RULES["labevents"]) == where, sql
+
+
+def test_evidence_rows_ignore_comparisons_with_the_entitys_other_rows() -> None:
+    """"How many moves into another unit": every transfer row of the admission is evidence, whether or not it
+    changed unit — zero moves over rows that exist is a count of 0, not missing records. A subquery naming a
+    cohort (not correlated with the row) still says which rows the question is about."""
+    from ehrgym.agents.skeptic_sql import evidence_select
+
+    draft = """SELECT count(*) FROM mimiciv_hosp.transfers e
+    JOIN mimiciv_hosp.admissions a ON a.hadm_id = e.hadm_id
+    WHERE a.hadm_id = 20724572 AND e.eventtype = 'transfer'
+      AND e.careunit IS DISTINCT FROM (SELECT p.careunit FROM mimiciv_hosp.transfers p
+                                       WHERE p.hadm_id = e.hadm_id AND p.intime < e.intime
+                                       ORDER BY p.intime DESC LIMIT 1)
+      AND e.hadm_id IN (SELECT hadm_id FROM mimiciv_hosp.diagnoses_icd WHERE icd_code LIKE 'A41%')"""
+    ev = evidence_select(analyse_draft(draft).tree, "transfers")
+    assert ev is not None
+    where = ev.args["where"].sql(dialect="duckdb")
+    assert "careunit" not in where  # the correlated comparison is gone
+    assert "a.hadm_id = 20724572" in where and "e.eventtype = 'transfer'" in where
+    assert "diagnoses_icd" in where  # the cohort's uncorrelated subquery stays

@@ -18,7 +18,9 @@ checking of the evidence earns). Its script, one SQL step each:
    (→ ``conflicting_evidence`` when believing one side or the other changes the answer, else the answer both
    give), implausible values (item bounds from
    :func:`ehrgym.db.items.item_reference`), rows without a value; no evidence at all →
-   ``insufficient_evidence``;
+   ``insufficient_evidence``. The evidence is the rows the question is about: the draft's filters
+   on values (a threshold) and its comparisons of a row with the entity's other rows (a move into
+   another unit than the one before) do not count, so zero rows passing them is an answer of 0;
 4. **answer** from cleaned relations (in window, deduplicated, parsed, converted): an
    aggregate ignores implausible and valueless rows; a single-value answer that rests on such
    a row abstains (``implausible_value`` / ``insufficient_evidence``).

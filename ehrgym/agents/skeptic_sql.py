@@ -720,11 +720,14 @@ def evidence_select(tree: exp.Expr, table: str) -> exp.Select | None:
                 rule = TABLE_RULES.get(table)
                 value_cols = {c for c in (rule.num_col, rule.text_col, rule.unit_col) if c} if rule else set()
                 where = ev.args.get("where")
-                if where is not None and value_cols:
-                    # the evidence is what the question is about, not what passes a value threshold
+                if where is not None:
+                    # the evidence is what the question is about, not what passes a value threshold, nor which of
+                    # its rows pass a comparison with the entity's other rows (a move into another unit than the
+                    # one before: none is a count of 0 over records that exist, not missing records)
                     kept = [p for p in _conjuncts(where.this)
                             if not any(c.name.lower() in value_cols and (c.table or "").lower() in ("", alias.lower())
-                                       for c in p.find_all(exp.Column))]
+                                       for c in p.find_all(exp.Column))
+                            and not _relative_to_other_rows(p, alias)]
                     ev.set("where", exp.Where(this=exp.and_(*kept)) if kept else None)
                 ev.set("expressions", [_parse(f"{alias}.*", read="duckdb")])
                 with_key = "with_" if "with_" in tree.args else "with"
@@ -733,6 +736,18 @@ def evidence_select(tree: exp.Expr, table: str) -> exp.Select | None:
                     ev.set(with_key, ctes.copy())  # the scope may read the draft's CTEs
                 return ev
     return None
+
+
+def _relative_to_other_rows(predicate: exp.Expr, alias: str) -> bool:
+    """Whether ``predicate`` holds a subquery correlated with the evidence row ``alias`` (it reads the row's own
+    columns); an uncorrelated subquery (a cohort's ids) still says which rows the question is about."""
+    for sub in predicate.find_all(exp.Select):
+        inner = {(t.alias or t.name).lower() for t in sub.find_all(exp.Table)}
+        if alias.lower() in inner:
+            continue
+        if any((c.table or "").lower() == alias.lower() for c in sub.find_all(exp.Column)):
+            return True
+    return False
 
 
 def profile_query(tree: exp.Expr, table: str, items: tuple[int, ...] = (),
