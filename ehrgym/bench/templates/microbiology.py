@@ -438,7 +438,9 @@ FROM mimiciv_hosp.microbiologyevents e
 WHERE e.hadm_id IS NOT NULL AND e.ab_name IS NOT NULL AND e.dilution_value IS NOT NULL
   AND {GROWTH_SPECIMENS}
 GROUP BY ALL
-HAVING count(*) BETWEEN 3 AND 400 AND count(DISTINCT e.dilution_value) >= 2""",
+HAVING count(*) BETWEEN 3 AND 400 AND count(DISTINCT e.dilution_value) >= 2
+  -- a finite MIC50: at least half the isolates were inhibited at some tested dilution (not all "=>")
+  AND 2 * count(*) FILTER (WHERE trim(coalesce(e.dilution_comparison, '=')) <> '=>') >= count(*)""",
         # "<=0.5" is inhibited at 0.5 and above; "=>32" is never known to be inhibited
         gold_sql="""WITH iso AS (
   SELECT e.dilution_value AS mic, trim(coalesce(e.dilution_comparison, '=')) AS cmp
