@@ -22,11 +22,11 @@ from ehrgym.db.synth.timeline import Cohort, build_cohort
 from ehrgym.db.synth.writer import TableData, insert
 from ehrgym.errors import DatabaseError
 
-RELEASE = "ehrgym-synth-5"
+RELEASE = "ehrgym-synth-6"
 """Generator version: bumped whenever the data of a given ``(patients, seed)`` change (2: denser chartevents; 3: the
 demo catalog's breadth, MIMIC-IV volumes, outpatient rows and text results, calmer vitals; 4: reference lab items'
 results without a number; 5: numbers stored only as text in lab and chart rows, chart rows without a number,
-susceptibilities without an MIC), so
+susceptibilities without an MIC; 6: cultures repeated during a stay, single-bottle blood sets), so
 that a cached database of an older generator is rebuilt, not reused."""
 COMMIT_ROWS = 500_000
 """Rows per transaction: each commit costs an fsync and a checkpoint, but an open transaction holds
