@@ -5,7 +5,7 @@ verification, writing — summed over worker processes — and the wall-clock pa
 phases), CPU seconds, the median over ``--repeat`` runs and the ratio to the target, plus the
 machine's load average (the shared development machine is often busy: compare CPU seconds).
 
-    python benchmarks/bench_build.py                       # builds data/bench/synth10k.duckdb once
+    python benchmarks/bench_build.py                       # builds data/bench/synth10k.duckdb once (again for a new generator)
     python benchmarks/bench_build.py --db my.duckdb --config small --repeat 3
 """
 
@@ -17,6 +17,8 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+
+from synthdb import ensure_synthetic
 
 TARGET_SECONDS = 120.0
 
@@ -41,13 +43,7 @@ def main() -> None:
     if args.workers:
         config = replace(config, workers=args.workers)
 
-    if not args.db.exists():
-        from ehrgym.db.synth import build_synthetic_database
-
-        args.db.parent.mkdir(parents=True, exist_ok=True)
-        t = time.perf_counter()
-        build_synthetic_database(args.db, patients=args.patients, seed=1, progress=True)
-        print(f"built {args.db} ({args.patients} patients) in {time.perf_counter() - t:.1f} s")
+    ensure_synthetic(args.db, args.patients)
 
     totals, splits = [], []
     for i in range(args.repeat):

@@ -23,6 +23,7 @@ Without ``--bench`` a ``small`` benchmark is built once on the database under ``
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
 import time
@@ -30,11 +31,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import ehrgym.db.overlay as overlay_module  # noqa: E402
 from ehrgym.bench.task import load_tasks_jsonl  # noqa: E402
 from ehrgym.bench.verify import PairVerifier  # noqa: E402
 from ehrgym.db.schema import table_spec  # noqa: E402
+from synthdb import ensure_synthetic  # noqa: E402
 
 LIST_FORM = 10**9
 SIZES = ((0, 100), (100, 400), (400, 10**9))  # groups by the most rowids one view of the task deletes  # a leaf this large: one NOT IN list per view, as before the tree
@@ -122,12 +125,10 @@ def main() -> None:
                     help="compare views placing inserted rows with this SEGMENTS against the current one")
     args = ap.parse_args()
 
-    if not args.db.exists():
-        from ehrgym.db.synth import build_synthetic_database
-
-        args.db.parent.mkdir(parents=True, exist_ok=True)
-        build_synthetic_database(args.db, patients=args.patients, seed=1, progress=True)
+    rebuilt = ensure_synthetic(args.db, args.patients)
     bench = args.bench or args.db.with_name(args.db.stem + "-small")
+    if rebuilt and args.bench is None and bench.exists():
+        shutil.rmtree(bench)  # built on the database just replaced
     if not (bench / "tasks.jsonl").exists():
         from ehrgym.bench.build import build_benchmark
 
