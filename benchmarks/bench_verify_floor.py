@@ -21,6 +21,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from synthdb import ensure_synthetic
+
 CALLERS = {"check_noise": "noise check", "make": "background check", "make_decoy": "decoy check", "value": "conflict"}
 
 
@@ -57,8 +59,7 @@ def main() -> None:
     ap.add_argument("--config", default="small")
     ap.add_argument("--repeat", type=int, default=3, help="replays; medians are reported")
     args = ap.parse_args()
-    if not args.db.exists():
-        sys.exit(f"{args.db} does not exist: run benchmarks/bench_build.py once to build it")
+    ensure_synthetic(args.db, 10_000)  # as bench_build.py builds it (again for a new generator)
 
     from ehrgym.bench.configs import get_config
     from ehrgym.db.overlay import Overlay, overlay_connection

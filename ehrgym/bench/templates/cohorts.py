@@ -8,9 +8,9 @@ All templates here are tier 3 (cohort definitions with multi-step time logic).
 from __future__ import annotations
 
 from ehrgym.bench.templates.base import ADMISSION_WINDOW, ICU_WINDOW, Evidence, Template
-from ehrgym.bench.templates.concept_sql import (AKI_CONDITION, CREATININE, covered_hours_sql, ICU_UNIT_VALUES, KDIGO_WORDS,
+from ehrgym.bench.templates.concept_sql import (AKI_CONDITION, CREATININE, ICU_UNIT_VALUES, KDIGO_WORDS,
                                                 SUSPICION_AFTER_H, SUSPICION_BEFORE_H, SUSPICION_WORDS,
-                                                VASOPRESSOR_IDS, VASOPRESSOR_WORDS, aki_condition,
+                                                VASOPRESSOR_IDS, VASOPRESSOR_WORDS, aki_condition, covered_hours_sql,
                                                 antibiotic_predicate, icd_group_predicate, kdigo_flag_sql,
                                                 kdigo_stage_case, organ_dysfunction_predicate)
 from ehrgym.bench.templates.hard_common import (COUNT, HOURS, LAB_EVIDENCE, MEAN, PERIOD_WINDOW, WHEN, period_sampler)
