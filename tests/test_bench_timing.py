@@ -112,7 +112,12 @@ def test_real_twins_time_alike_in_cells_with_the_default_limits(tiny, synth_db):
 
     quantum = PythonLimits().sql_time_quantum_ms
     assert quantum >= 10
-    rows = time_episodes_env(synth_db, timed_pairs(tiny.tasks, per_split=1000)[:20], repeats=3)
+    # the build holds 15 timed pairs; two rounds of timing give 30 comparisons, so that a one-in-forty draw of the
+    # shared machine's load (13 of 15 noisy twins slower in one CI run, 0.53-0.6 in repeated quiet and loaded
+    # runs) does not decide the test
+    pairs = timed_pairs(tiny.tasks, per_split=1000)[:20]
+    rows = [replace(r, pair_id=f"{r.pair_id}#{round_}") for round_ in range(2)
+            for r in time_episodes_env(synth_db, pairs, repeats=3)]
     assert all(r.best_ms >= quantum * 0.98 and (r.best_ms + 0.02 * quantum) % quantum < 0.4 * quantum
                for r in rows), sorted(r.best_ms for r in rows)
     assert timing_report(rows)["noisy_slower_best"]["share"] <= 0.8
