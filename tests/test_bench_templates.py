@@ -366,3 +366,31 @@ def test_cleaned_relations_read_the_concept_rows_only(synth_db):
     finally:
         verifier.close()
     assert checked >= 60 and narrowed >= 60
+
+
+@pytest.mark.parametrize("db", ["synth_db", "demo_db"])
+def test_mic50_cohorts_with_susceptibilities_without_an_mic_stay_eligible(db, request):
+    """A susceptibility reported as an interpretation only (no dilution) is not an isolate of the MIC50 statistic —
+    the gold skips it — so it is no natural missing value: it once left no eligible cohort on 10k patients."""
+    import duckdb
+
+    from ehrgym.bench.sampling import sample_candidates
+    from ehrgym.bench.templates.microbiology import ORG_JOIN, SPEC_JOIN
+    from ehrgym.bench.templates.registry import get_template
+
+    t = get_template("microbiology.cohort_mic50")
+    con = duckdb.connect(str(request.getfixturevalue(db)), read_only=True)
+    try:
+        candidates = sample_candidates(con, t, 400, 0)
+        with_blank = 0
+        for c in candidates:
+            blank = con.execute(
+                f"SELECT count(*) FROM mimiciv_hosp.microbiologyevents e {SPEC_JOIN} {ORG_JOIN} "
+                "WHERE e.hadm_id IS NOT NULL AND sp.concept = ? AND og.concept = ? AND lower(e.ab_name) = ? "
+                "AND e.dilution_value IS NULL", [c.params["specimen"], c.params["organism"], c.params["antibiotic"]]
+            ).fetchone()[0]
+            with_blank += bool(blank)
+            assert c.ineligible_reason != "natural_missing_values", c.params
+    finally:
+        con.close()
+    assert candidates and with_blank, "no cohort holds a susceptibility without an MIC: the test shows nothing"
