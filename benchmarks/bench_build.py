@@ -67,6 +67,8 @@ def main() -> None:
     # wall-clock phases: pairs (sampling + the workers + deficit passes), then card (validity report) and files
     card = [s["total"] - s["pairs"] - s["writing"] for s in splits]
     print(f"median pairs phase     {statistics.median(s['pairs'] for s in splits):7.1f} s   (wall)")
+    for name in splits[-1].get("pairs_phases", {}):  # sampling (this process), first pass (workers), deficits
+        print(f"  median {name:22s} {statistics.median(s['pairs_phases'].get(name, 0) for s in splits):7.1f} s")
     print(f"median card + validity {statistics.median(card):7.1f} s   (wall)")
     for name in splits[-1].get("card_sections", {}):  # each section's wall time, in its own process
         print(f"  median {name:22s} {statistics.median(s['card_sections'].get(name, 0) for s in splits):7.1f} s")

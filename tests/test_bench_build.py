@@ -145,6 +145,9 @@ def test_files_manifest_card_and_parquet(small, synth_db):
     card = json.loads((out / "card.json").read_text())
     # each validity section's wall time is reported beside the build's (never in the card, which is deterministic)
     assert set(timings["card_sections"]) == set(card["validity"])
+    phases = timings["pairs_phases"]  # the pairs phase's wall time, split where the work changes hands
+    assert set(phases) == {"sampling", "first_pass", "deficit_passes"} and min(phases.values()) >= 0
+    assert sum(phases.values()) <= timings["pairs"]
     assert card["sql_complexity"]["mean_all_gold"] > 5
     assert sum(card["by_subtype"].values()) == card["pairs"]
     assert "| labs |" in (out / "card.md").read_text()

@@ -127,6 +127,7 @@ def build_benchmark(db: str | Path, out: str | Path, config: str | BuildConfig =
     report["timings_seconds"]["total"] = round(t_end - t_start, 3)
     report["timings_seconds"]["card"] = round(t_card, 3)
     report["timings_seconds"]["card_sections"] = dict(sorted(sections.items(), key=lambda kv: -kv[1]))
+    report["timings_seconds"]["pairs_phases"] = {k: round(v, 3) for k, v in builder.phase_seconds.items()}
     report["timings_seconds"]["cpu"] = round(_cpu_seconds() - cpu_start, 3)  # this process + worker processes
     from ehrgym.bench.dataset import dump_json
 

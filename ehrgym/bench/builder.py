@@ -175,6 +175,7 @@ class Builder:
         self.memo: dict[AttemptKey, tuple[Draft | None, BuildStats]] = {}
         self.recorded: dict[AttemptKey, tuple[Draft | None, BuildStats]] | None = None  # a helper's attempts
         self.plan: dict[tuple[str, str], int] = {}  # (template id, subtype) -> planned pairs, once run() sampled
+        self.phase_seconds: dict[str, float] = {}  # wall time of run()'s phases: sampling, first pass, deficit passes
 
     # ---------------------------------------------------------------- planning
     def applicable(self, t: Template) -> list[str]:
@@ -485,8 +486,10 @@ class Builder:
         self._count(draft, -1)
 
     def run(self) -> list[Draft]:
+        started = time.perf_counter()
         plan = self.sample()
         self.plan = plan
+        self.phase_seconds["sampling"] = time.perf_counter() - started
         by_id = {t.id: t for t in self.templates}
         slots = [_Slot(by_id[tid], sub, q) for (tid, sub), q in sorted(
             plan.items(), key=lambda kv: (kv[0][0], SUBTYPE_ORDER.index(kv[0][1])))]
@@ -498,7 +501,9 @@ class Builder:
             for slot in slots:
                 self._fill(slot, slot.quota, drafts, bar)
             self._balance(slots, drafts, bar)
+        self.phase_seconds["first_pass"] = time.perf_counter() - started - self.phase_seconds["sampling"]
         remaining = self._settle(slots, drafts, bar)
+        self.phase_seconds["deficit_passes"] = time.perf_counter() - started - sum(self.phase_seconds.values())
         bar.close()
         if remaining:
             msg = (f"only {len(drafts)} of {self.config.pairs} pairs could be verified on this database "
