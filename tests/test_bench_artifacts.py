@@ -494,3 +494,43 @@ def test_inserted_cells_read_back_exactly_as_stored(session, segments, monkeypat
     assert got == [(v, s, round(i)) for v, s, i in cells]  # in the order stored
     assert str(got[-1][0]) == "-0.0" and got[0][0] == 0.30000000000000004
     session.clear()
+
+
+def test_a_group_larger_than_the_window_is_read_around_the_tasks_rows(built, synth_db, monkeypatch):
+    # an item's rows beyond MAX_ROWS_PER_GROUP are read as the window of its scan around the task's patients: a
+    # limit from the top of the scan once skipped every task whose patient came later (29 of 99 chartevents tasks
+    # of the 1k card)
+    import ehrgym.bench.artifacts as artifacts
+
+    tasks = [t for t in built.filter(variant="noise") if t.noise is not None
+             and any(e.insert_rows for e in t.noise.overlay.edits)][:80]
+    wanted = [("noise", t) for t in tasks]
+    whole = artifacts._collect_tasks(str(synth_db), wanted, 3)
+    monkeypatch.setattr(artifacts, "MAX_ROWS_PER_GROUP", 500)
+    windowed = artifacts._collect_tasks(str(synth_db), wanted, 3)
+    judged = {k for k, v in whole.items() if v[0]}
+    assert len(judged) >= 40
+    assert judged == {k for k, v in windowed.items() if v[0]}
+    assert all(sum(windowed[k][1]) == sum(whole[k][1]) for k in judged)  # the same touched rows found
+
+
+def test_the_window_is_the_scan_slice_around_the_patient(session):
+    from ehrgym.bench import artifacts
+
+    con = session.con
+    session.apply(Overlay())
+    table, where, vals = "mimiciv_icu.chartevents", " WHERE itemid IN (?)", [220045]
+    scan = con.execute(f"SELECT subject_id, charttime, valuenum FROM {table}{where}", vals).fetchall()
+    size = artifacts.MAX_ROWS_PER_GROUP
+    assert len(scan) > 2 * 50
+    patient = scan[len(scan) // 2][0]
+    original = artifacts.MAX_ROWS_PER_GROUP
+    try:
+        artifacts.MAX_ROWS_PER_GROUP = size = 50 + sum(r[0] == patient for r in scan)
+        source, cond, args = artifacts._group_window(con, table, where, vals, {patient})
+    finally:
+        artifacts.MAX_ROWS_PER_GROUP = original
+    window = con.execute(f"SELECT subject_id, charttime, valuenum FROM {source}{cond}", args).fetchall()
+    start = scan.index(window[0])
+    assert len(window) == size and scan[start:start + size] == window
+    assert [r for r in window if r[0] == patient] == [r for r in scan if r[0] == patient]
