@@ -114,3 +114,42 @@ def test_a_row_put_before_another_is_numbered_before_it(verifier):
             assert prev < new < own, (t.id, prev, new, own)
             checked += 1
     assert checked >= 5, checked
+
+
+def test_extra_rows_of_a_series_charted_on_the_hour_stay_on_the_hour(verifier):
+    # an extra row a minute off the hourly grid was the only one of its series: the storage judge told the extra
+    # missing and implausible values in chartevents from the rows beside them at 0.91 on the 1k card
+    import datetime as dt
+
+    from ehrgym.bench.answers import gold_from_rows
+    from ehrgym.bench.noise import INJECTORS
+    from ehrgym.bench.noise.cleaning import plain_relation
+    from ehrgym.bench.sqlrender import render_sql
+
+    on_grid, off_grid = 0, 0
+    for t in all_templates():
+        ev = t.evidence
+        if ev.table != "chartevents" or not ev.aggregate or not ev.time_col:
+            continue
+        for subtype in ("implausible_value", "missing_value"):
+            if subtype not in t.noise:
+                continue
+            for c in sample_candidates(verifier.con, t, 6, 0)[:6]:
+                if c.ineligible_reason:
+                    continue
+                clean = gold_from_rows(verifier.rows(render_sql(t.gold_sql, c.params, plain_relation(t))), t.answer)
+                ctx = InjectContext(verifier.clean_con, t, dict(c.params), clean, np.random.default_rng(1))
+                inj = INJECTORS[subtype].inject(ctx)
+                if inj is None or inj.expected_kind != "answer":
+                    continue
+                series = [dt.datetime.fromisoformat(str(r[ev.time_col])) for r in ctx.evidence_rows()]
+                hourly = len(series) >= 2 and all(s.minute == 0 and s.second == 0 for s in series)
+                for e in inj.noise.overlay.edits:
+                    for r in e.insert_rows:
+                        stamp = dt.datetime.fromisoformat(str(r[ev.time_col]))
+                        if hourly:
+                            assert stamp in series, (t.id, subtype, stamp)  # a second entry of a charted slot
+                            on_grid += 1
+                        else:
+                            off_grid += 1
+    assert on_grid >= 5, (on_grid, off_grid)

@@ -65,9 +65,10 @@ def _replace(ctx: InjectContext, row: dict[str, Any], changes: dict[str, Any]) -
 
 
 def _extra(ctx: InjectContext, row: dict[str, Any], changes: dict[str, Any]) -> TableEdit:
-    """A new row next to ``row`` (one minute earlier for first-type answers, later otherwise)."""
+    """A new row next to ``row``: one minute earlier for first-type answers, later otherwise — or, in a series charted
+    on the hour (:func:`_charted_on_the_hour`), at ``row``'s own time, a second entry of that slot."""
     ev = ctx.evidence
-    minutes = -1 if ev.focus == "first" else 1
+    minutes = 0 if _charted_on_the_hour(ctx) else -1 if ev.focus == "first" else 1
     new = shift_times({k: v for k, v in row.items() if k != ROWID}, ev.table, dt.timedelta(minutes=minutes))
     new.update(changes)
     own = ctx.anchor_for(row)
@@ -75,6 +76,21 @@ def _extra(ctx: InjectContext, row: dict[str, Any], changes: dict[str, Any]) -> 
     if ev.id_col:
         new[ev.id_col] = ctx.ids_after(place, 1)[0]
     return ctx.table_edit((new,), (place[0],))
+
+
+def _charted_on_the_hour(ctx: InjectContext) -> bool:
+    """Whether every evidence row of the entity (two at least) is timed on the hour — vital signs on the charting grid.
+    A row a minute off it would then be the only one of its series, and the storage judge reads exactly that: on the
+    1k card the extra rows of missing and implausible values in chartevents were off the hour in 9 of 11 cases
+    against none of the 33 rows beside them (balanced accuracy 0.91 in that table)."""
+    ev = ctx.evidence
+    if not ev.time_col:
+        return False
+    stamps = [r.get(ev.time_col) for r in ctx.evidence_rows()]
+    if len(stamps) < 2 or any(v is None for v in stamps):
+        return False
+    parsed = [dt.datetime.fromisoformat(str(v)) for v in stamps]
+    return all(t.minute == 0 and t.second == 0 and t.microsecond == 0 for t in parsed)
 
 
 def _base_texts(ctx: InjectContext, digits: bool) -> list[str]:
