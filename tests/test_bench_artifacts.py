@@ -534,3 +534,26 @@ def test_the_window_is_the_scan_slice_around_the_patient(session):
     start = scan.index(window[0])
     assert len(window) == size and scan[start:start + size] == window
     assert [r for r in window if r[0] == patient] == [r for r in scan if r[0] == patient]
+
+
+def test_the_card_judges_a_uniform_sample_of_each_subtypes_tasks(built):
+    # the first tasks in id order were the alphabetically first templates': the 1k card judged implausible values
+    # on diagnoses and encounters templates alone
+    from collections import Counter
+
+    from ehrgym.bench.artifacts import _chosen
+
+    tasks = list(built.filter(variant="noise"))
+    everything = _chosen(tasks, 10_000, "noise")
+    checked = 0
+    for sub, group in everything.items():
+        intents = Counter(t.intent for t in group)
+        if len(group) < 40 or len(intents) < 2:
+            continue
+        sample = _chosen(tasks, len(group) // 2, "noise")[sub]
+        got = Counter(t.intent for t in sample)
+        for intent, n in intents.items():
+            if n >= len(group) // 4:
+                assert got[intent] >= n // 4, (sub, intent, n, got)
+        checked += 1
+    assert checked >= 2

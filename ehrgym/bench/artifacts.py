@@ -453,13 +453,22 @@ def collect(db: str | Path, tasks: list[Task], seed: int = 0, per_subtype: int =
 Chosen = dict[str, list[Task]]  # subtype -> the tasks judged for it, in task-id order
 
 
+def _hashed(key: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
 def _chosen(tasks: list[Task], per_subtype: int, side: str) -> Chosen:
+    """Up to ``per_subtype`` tasks per subtype, a uniform sample by a hash of the task id (the first ones in id order
+    were the alphabetically first templates': the 1k card judged implausible values on diagnoses and encounters
+    templates alone, never on a lab or a vital sign), listed in task-id order."""
     by_sub: dict[str, list[Task]] = defaultdict(list)
-    for t in sorted(tasks, key=lambda t: t.task_id):
+    for t in sorted(tasks, key=lambda t: _hashed(t.task_id)):
         judged = judged_overlay(t, side)
         if judged is not None and any(e.insert_rows for e in judged[1].edits):
             by_sub[judged[0]].append(t)
-    return {sub: group[:per_subtype] for sub, group in sorted(by_sub.items())}
+    return {sub: sorted(group[:per_subtype], key=lambda t: t.task_id) for sub, group in sorted(by_sub.items())}
 
 
 def _wanted(selections: list[tuple[str, Chosen]]) -> list[tuple[str, Task]]:
@@ -576,9 +585,9 @@ def artifact_report(db: str | Path, tasks: list[Task], seed: int = 0, per_subtyp
 
 
 def decoyed_pairs(tasks: list[Task], per_subtype: int) -> set[str]:
-    """Up to ``per_subtype`` pairs per subtype whose clean twin's decoy inserts rows (in pair-id order)."""
+    """Up to ``per_subtype`` pairs per subtype whose clean twin's decoy inserts rows (by a hash of the pair id)."""
     by_sub: dict[str, list[str]] = defaultdict(list)
-    for t in sorted(tasks, key=lambda t: t.pair_id):
+    for t in sorted(tasks, key=lambda t: _hashed(t.pair_id)):  # a uniform sample, as ``_chosen``
         judged = judged_overlay(t, "decoy")
         if judged is not None and any(e.insert_rows for e in judged[1].edits):
             by_sub[judged[0]].append(t.pair_id)
