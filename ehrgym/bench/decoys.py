@@ -78,25 +78,13 @@ class DecoyContext(InjectContext):
 
 def targets(ctx: InjectContext, avoid: set[int], seed: int) -> list[int]:
     """Up to :data:`TRIES` base rowids of evidence rows that do not decide the answer and that ``avoid`` (the rows the
-    noise edits) does not name: those timed like the deciding row (on the hour or not) first, each group in a seeded
-    order."""
+    noise edits) does not name, in a seeded order."""
     deciding = ctx.evidence_rows(limit=1)
     skip = set(avoid) | {int(r["__rowid"]) for r in deciding}
     ev = ctx.evidence
     join = render_sql(ev.join, ctx.params, {}) + " " if ev.join else ""
-    # rows timed like the deciding row first (on the hour or not): the noise's row is the deciding one, and where
-    # that is the first charted slot of a stay — always on the hour — decoys on any row were off the hour in 5 of
-    # 27 chart pairs against none of their noise rows (noise told from decoys at 0.63 in that table)
-    like = ""
-    stamp = deciding[0].get(ev.time_col) if deciding and ev.time_col else None
-    if stamp is not None:
-        hour = parse_stamp(stamp)
-        on = hour.minute == 0 and hour.second == 0 and hour.microsecond == 0
-        like = (f"(date_trunc('hour', e.{ev.time_col}) = e.{ev.time_col}) IS NOT DISTINCT FROM {str(on).upper()} "
-                f"DESC, ")
     rows = ctx.query(f"SELECT e.rowid FROM {ctx.base}.{table_spec(ev.table).qualified} e {join}WHERE "
-                     f"{ctx.where_sql()} ORDER BY {like}hash(e.rowid, {int(seed)}), e.rowid "
-                     f"LIMIT {POOL + len(skip)}")
+                     f"{ctx.where_sql()} ORDER BY hash(e.rowid, {int(seed)}), e.rowid LIMIT {POOL + len(skip)}")
     return [int(r[0]) for r in rows if int(r[0]) not in skip][:TRIES]
 
 
