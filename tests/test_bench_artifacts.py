@@ -515,25 +515,38 @@ def test_a_group_larger_than_the_window_is_read_around_the_tasks_rows(built, syn
 
 
 def test_the_window_is_the_scan_slice_around_the_patient(session):
+    # under an overlay that re-sends a patient's rows (the view sorts its span), the window is the scan's slice and
+    # the patient's rows read from it with a filter come in scan order: a window as a subquery with the filter
+    # outside returned them reordered on the 1k card (duplicate records in outputevents)
     from ehrgym.bench import artifacts
 
     con = session.con
-    session.apply(Overlay())
     table, where, vals = "mimiciv_icu.chartevents", " WHERE itemid IN (?)", [220045]
+    session.apply(Overlay())
+    plain = con.execute(f"SELECT rowid, subject_id FROM base.{table}{where}", vals).fetchall()
+    middle = len(plain) // 2
+    patients = sorted({s for _, s in plain[middle:middle + 400]})[:3]  # neighbours in the scan
+    own = sorted(r for p in patients for r in [r for r, s in plain if s == p][:6])
+    rows = fetch_rows(con, "chartevents", own, "base")
+    session.apply(Overlay((TableEdit("chartevents", (), tuple(rows[r] for r in own), tuple(own), None),)))
     scan = con.execute(f"SELECT subject_id, charttime, valuenum FROM {table}{where}", vals).fetchall()
-    size = artifacts.MAX_ROWS_PER_GROUP
-    assert len(scan) > 2 * 50
-    patient = scan[len(scan) // 2][0]
+    at = [i for i, r in enumerate(scan) if r[0] in patients]
+    size = 50 + at[-1] - at[0] + 1
+    assert len(scan) > 2 * size
     original = artifacts.MAX_ROWS_PER_GROUP
     try:
-        artifacts.MAX_ROWS_PER_GROUP = size = 50 + sum(r[0] == patient for r in scan)
-        source, cond, args = artifacts._group_window(con, table, where, vals, {patient})
+        artifacts.MAX_ROWS_PER_GROUP = size
+        source, cond, args = artifacts._group_window(con, table, where, vals, set(patients))
     finally:
         artifacts.MAX_ROWS_PER_GROUP = original
     window = con.execute(f"SELECT subject_id, charttime, valuenum FROM {source}{cond}", args).fetchall()
     start = scan.index(window[0])
     assert len(window) == size and scan[start:start + size] == window
-    assert [r for r in window if r[0] == patient] == [r for r in scan if r[0] == patient]
+    mine = [r for r in scan if r[0] in patients]
+    assert [r for r in window if r[0] in patients] == mine
+    assert con.execute(f"SELECT subject_id, charttime, valuenum FROM {source}{cond} AND subject_id IN (?, ?, ?)",
+                       args + patients).fetchall() == mine
+    session.apply(Overlay())
 
 
 def test_the_card_judges_a_uniform_sample_of_each_subtypes_tasks(built):

@@ -250,12 +250,17 @@ def task_rows(session: OverlaySession, task: Task, rng: np.random.Generator, sid
     return feats, labels, owners
 
 
+WINDOW_TABLE = "__artifact_window"
+
+
 def _group_window(con: Any, table: str, where: str, vals: list[Any], subjects: set[Any] | None
                   ) -> tuple[str, str, list[Any]]:
     """What ``task_rows`` reads a group from, as (relation, filter, its parameters): ``table`` with the group's filter
-    ``where`` when the group holds at most :data:`MAX_ROWS_PER_GROUP` rows, else the window of that many rows of the
-    group's scan centred on the rows of ``subjects`` (None: a table without patients, the top of the scan), in scan
-    order (``row_number() OVER ()`` numbers the rows as one reader scans them)."""
+    ``where`` when the group holds at most :data:`MAX_ROWS_PER_GROUP` rows, else a temporary table holding the window
+    of that many rows of the group's scan centred on the rows of ``subjects`` (None: a table without patients, the
+    top of the scan), in scan order (``row_number() OVER ()`` numbers the rows as one reader scans them; the table
+    keeps them in that order). Two scans of the group instead of one per later read: at 10k patients the card's
+    judge took 222 s reading windows as subqueries."""
     total = con.execute(f"SELECT count(*) FROM {table}{where}", vals).fetchone()[0]
     if total <= MAX_ROWS_PER_GROUP:
         return table, where, list(vals)
@@ -269,9 +274,9 @@ def _group_window(con: Any, table: str, where: str, vals: list[Any], subjects: s
             span = last - first + 1
             lo = first if span >= MAX_ROWS_PER_GROUP else \
                 max(0, min(total - MAX_ROWS_PER_GROUP, first - (MAX_ROWS_PER_GROUP - span) // 2))
-    window = (f"(SELECT * EXCLUDE (__pos) FROM {numbered} "
-              f"WHERE __pos >= {int(lo)} AND __pos < {int(lo) + MAX_ROWS_PER_GROUP}) AS __window")
-    return window, " WHERE TRUE", list(vals)
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {WINDOW_TABLE} AS SELECT * EXCLUDE (__pos) FROM {numbered} "
+                f"WHERE __pos >= {int(lo)} AND __pos < {int(lo) + MAX_ROWS_PER_GROUP} ORDER BY __pos", list(vals))
+    return f"temp.main.{WINDOW_TABLE}", " WHERE TRUE", []
 
 
 def _nearest_patients(per: dict[Any, list[int]], own: list[int], rng: np.random.Generator) -> list[Any]:
