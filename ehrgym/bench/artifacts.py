@@ -439,9 +439,7 @@ def _fold_key(task: Task, subject: Any = None) -> int:
 def _task_rng(seed: int, task: Task) -> np.random.Generator:
     """The draws of one task (which base rows stand beside its rows): its own stream, so that the rows judged for a
     task do not depend on which other tasks (of this or another subtype) were judged before it."""
-    import hashlib
-
-    return np.random.default_rng([seed, int(hashlib.sha256(task.task_id.encode()).hexdigest()[:12], 16)])
+    return np.random.default_rng([seed, int(_hashed(task.task_id)[:12], 16)])
 
 
 def collect(db: str | Path, tasks: list[Task], seed: int = 0, per_subtype: int = 80, workers: int = 1,
