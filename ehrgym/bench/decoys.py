@@ -76,15 +76,30 @@ class DecoyContext(InjectContext):
         return out
 
 
-def targets(ctx: InjectContext, avoid: set[int], seed: int) -> list[int]:
+TIMED_LIKE_DECIDING = UNREADABLE
+"""Subtypes whose decoy goes first to rows timed like the deciding row (on the hour or not). Their noise empties (or
+makes impossible) the deciding row in place and their decoy another row, so the two differ only in which row they
+touch: in chartevents the deciding row is mostly a stay's first charted slot, always on the hour, and decoys on any
+row were off the hour in 5 of 27 chart pairs of the 1k card against none of their noise rows (missing-value noise
+told from its decoys at 0.579). Not every subtype: sent there too, encoding-corruption decoys moved away from the
+base rows beside them (0.533 -> 0.585-0.602 over four judge seeds)."""
+
+
+def targets(ctx: InjectContext, avoid: set[int], seed: int, timed_like_deciding: bool = False) -> list[int]:
     """Up to :data:`TRIES` base rowids of evidence rows that do not decide the answer and that ``avoid`` (the rows the
-    noise edits) does not name, in a seeded order."""
+    noise edits) does not name, in a seeded order — with ``timed_like_deciding``, those timed like the deciding row
+    (on the hour or not) first (:data:`TIMED_LIKE_DECIDING`)."""
     deciding = ctx.evidence_rows(limit=1)
     skip = set(avoid) | {int(r["__rowid"]) for r in deciding}
     ev = ctx.evidence
     join = render_sql(ev.join, ctx.params, {}) + " " if ev.join else ""
+    like = ""
+    stamp = deciding[0].get(ev.time_col) if timed_like_deciding and deciding and ev.time_col else None
+    if stamp is not None:
+        on = parse_stamp(stamp) == parse_stamp(stamp).replace(minute=0, second=0, microsecond=0)
+        like = f"(date_trunc('hour', e.{ev.time_col}) = e.{ev.time_col}) IS NOT DISTINCT FROM {str(on).upper()} DESC, "
     rows = ctx.query(f"SELECT e.rowid FROM {ctx.base}.{table_spec(ev.table).qualified} e {join}WHERE "
-                     f"{ctx.where_sql()} ORDER BY hash(e.rowid, {int(seed)}), e.rowid LIMIT {POOL + len(skip)}")
+                     f"{ctx.where_sql()} ORDER BY {like}hash(e.rowid, {int(seed)}), e.rowid LIMIT {POOL + len(skip)}")
     return [int(r[0]) for r in rows if int(r[0]) not in skip][:TRIES]
 
 
@@ -161,7 +176,7 @@ def make_decoy(verifier: Any, t: Template, subtype: str, ctx: InjectContext, noi
     taken = frozenset(int(r[id_col]) for e in noise.edits for r in e.insert_rows
                       if id_col and isinstance(r.get(id_col), int))
     clean_rows = verifier.rows(clean_sql)
-    for i, target in enumerate(targets(ctx, avoid, seed)):
+    for i, target in enumerate(targets(ctx, avoid, seed, subtype in TIMED_LIKE_DECIDING)):
         dctx = DecoyContext(con=ctx.con, template=t, params=dict(ctx.params), clean_value=ctx.clean_value,
                             rng=np.random.default_rng([seed, i]), base=ctx.base, max_ids=ctx.max_ids,
                             paraphrase=ctx.paraphrase, shown=ctx.shown, places=ctx.places, target=target,
