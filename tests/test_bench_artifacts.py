@@ -528,7 +528,8 @@ def test_the_window_is_the_scan_slice_around_the_patient(session):
     patients = sorted({s for _, s in plain[middle:middle + 400]})[:3]  # neighbours in the scan
     own = sorted(r for p in patients for r in [r for r, s in plain if s == p][:6])
     rows = fetch_rows(con, "chartevents", own, "base")
-    session.apply(Overlay((TableEdit("chartevents", (), tuple(rows[r] for r in own), tuple(own), None),)))
+    edit = TableEdit("chartevents", (), tuple(rows[r] for r in own), tuple(own), None)
+    session.apply(Overlay((edit,)))
     scan = con.execute(f"SELECT subject_id, charttime, valuenum FROM {table}{where}", vals).fetchall()
     at = [i for i, r in enumerate(scan) if r[0] in patients]
     size = 50 + at[-1] - at[0] + 1
@@ -536,7 +537,12 @@ def test_the_window_is_the_scan_slice_around_the_patient(session):
     original = artifacts.MAX_ROWS_PER_GROUP
     try:
         artifacts.MAX_ROWS_PER_GROUP = size
-        source, cond, args = artifacts._group_window(con, table, where, vals, set(patients))
+        cache: artifacts.GroupCache = {}
+        source, cond, args = artifacts._group_window(con, table, where, vals, set(patients), "base", edit, cache)
+        assert len(cache) == 1  # where the group's rows stand in the base, kept for the next task reading it
+        again = con.execute(f"SELECT * FROM {source}{cond}", args).fetchall()
+        artifacts._group_window(con, table, where, vals, set(patients), "base", edit, cache)
+        assert con.execute(f"SELECT * FROM {source}{cond}", args).fetchall() == again
     finally:
         artifacts.MAX_ROWS_PER_GROUP = original
     window = con.execute(f"SELECT subject_id, charttime, valuenum FROM {source}{cond}", args).fetchall()
