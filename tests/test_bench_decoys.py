@@ -200,3 +200,38 @@ def test_unreadable_value_decoys_are_timed_like_the_deciding_row(synth_db):
         v.close()
     assert matched >= 10
     assert unmatched_plain >= 1  # the plain order does send decoys off the deciding row's time: the test can fail
+
+
+def test_make_decoy_times_only_unreadable_value_decoys_like_the_deciding_row(synth_db, monkeypatch):
+    import numpy as np
+
+    from ehrgym.bench import decoys
+    from ehrgym.bench.noise import INJECTORS, InjectContext
+    from ehrgym.bench.sampling import sample_candidates
+    from ehrgym.db.overlay import Overlay
+
+    asked: dict[str, bool] = {}
+
+    def recorder(ctx, avoid, seed, timed_like_deciding=False):
+        asked[current] = timed_like_deciding
+        return []
+
+    monkeypatch.setattr(decoys, "targets", recorder)
+    v = PairVerifier(synth_db)
+    try:
+        for subtype in ("missing_value", "implausible_value", "encoding_corruption", "conflicting_records"):
+            for t in all_templates():
+                inj = INJECTORS[subtype]
+                if t.evidence.table != "chartevents" or not inj.can_corrupt(t):
+                    continue
+                c = sample_candidates(v.con, t, 5, 0)[0]
+                if not inj.accepts(t, c.params):
+                    continue
+                current = subtype
+                ctx = InjectContext(v.clean_con, t, dict(c.params), None, np.random.default_rng(0))
+                assert decoys.make_decoy(v, t, subtype, ctx, Overlay(), "SELECT 1", 7) is None
+                break
+    finally:
+        v.close()
+    assert asked == {"missing_value": True, "implausible_value": True, "encoding_corruption": False,
+                     "conflicting_records": False}
