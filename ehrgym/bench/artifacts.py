@@ -300,7 +300,6 @@ def _group_window(con: Any, table: str, where: str, vals: list[Any], subjects: s
     group = _base_group(con, f"{base}.{table}", where, list(vals), subjects is not None, cache)
     if group.total + inserted <= MAX_ROWS_PER_GROUP:
         return table, where, list(vals)
-    numbered = f"(SELECT row_number() OVER () - 1 AS __pos, * FROM {table}{where})"
     lo = 0
     spans = [group.spans[s] for s in subjects or () if s in group.spans]
     if spans:
@@ -308,8 +307,9 @@ def _group_window(con: Any, table: str, where: str, vals: list[Any], subjects: s
         span = max(b for _, b in spans) - first + 1 + inserted  # rows inserted among or before them, down
         lo = max(0, first) if span >= MAX_ROWS_PER_GROUP else \
             max(0, min(group.total + inserted - MAX_ROWS_PER_GROUP, first - (MAX_ROWS_PER_GROUP - span) // 2))
-    con.execute(f"CREATE OR REPLACE TEMP TABLE {WINDOW_TABLE} AS SELECT * EXCLUDE (__pos) FROM {numbered} "
-                f"WHERE __pos >= {int(lo)} AND __pos < {int(lo) + MAX_ROWS_PER_GROUP} ORDER BY __pos", list(vals))
+    # LIMIT/OFFSET on one thread's scan: the rows in scan order, and the scan stops at the window's end
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {WINDOW_TABLE} AS SELECT * FROM {table}{where} "
+                f"LIMIT {MAX_ROWS_PER_GROUP} OFFSET {int(lo)}", list(vals))
     return f"temp.main.{WINDOW_TABLE}", " WHERE TRUE", []
 
 
