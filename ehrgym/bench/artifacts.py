@@ -21,7 +21,7 @@ import datetime as dt
 import math
 import re
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -161,8 +161,9 @@ def task_rows(session: OverlaySession, task: Task, rng: np.random.Generator, sid
         # patients (MAX_ROWS_PER_GROUP) — full rows of its patients only
         subject = "subject_id" if "subject_id" in names else "NULL"
         subjects = {r.get("subject_id") for r in edit.insert_rows}
-        source, where, args = _group_window(session.con, spec.qualified, where, vals,
-                                            subjects if subject != "NULL" else None, session.base, edit, groups)
+        read = _group_window(session.con, spec.qualified, where, vals, subjects if subject != "NULL" else None,
+                             session.base, edit, groups)
+        source, where, args = read.source, read.where, read.args
         slim = session.con.execute(f"SELECT {subject}, {id_col or 'NULL'}, {compare} FROM {source}{where}",
                                    args).fetchall()
         if not slim:
@@ -203,8 +204,11 @@ def task_rows(session: OverlaySession, task: Task, rng: np.random.Generator, sid
         id_rank = None
         if id_col:
             ids = np.array([float(r[1]) if r[1] is not None else np.nan for r in slim])
-            order = np.argsort(np.argsort(np.nan_to_num(ids, nan=-1e18), kind="stable"), kind="stable")
-            id_rank = order / max(n - 1, 1)
+            if read.total is None:
+                order = np.argsort(np.argsort(np.nan_to_num(ids, nan=-1e18), kind="stable"), kind="stable")
+                id_rank = order / max(n - 1, 1)
+            else:  # among the whole group's ids, not the window's: see GroupRead
+                id_rank = _ranks_in_group(session.con, read, id_col, ids)
         # base rows to compare with: first untouched rows of the same patients (what an agent looking
         # at the question's patients sees beside the noise), then rows of the other patients nearest in the scan
         near = [i for i in rows if i not in touched and slim[i][2]]
@@ -236,7 +240,7 @@ def task_rows(session: OverlaySession, task: Task, rng: np.random.Generator, sid
         time_col = ev.time_col if ev.table == table else None
         for i in sorted(touched) + pick:
             rec = dict(zip(cols, rows[i]))
-            pos = i / max(n - 1, 1)
+            pos = i / max(n - 1, 1) if read.total is None else (read.offset + i) / max(read.total - 1, 1)
             idr = float(id_rank[i]) if id_rank is not None else 0.0
             value = rec.get(vcol) if vcol else None
             finite = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value))
@@ -261,9 +265,43 @@ class BaseGroup:
 
     total: int
     spans: dict[Any, tuple[int, int]]
+    rowids: list[np.ndarray] = field(default_factory=list)  # a windowed group's base rowids, sorted (read once)
 
 
 GroupCache = dict[tuple[str, str, tuple[Any, ...]], BaseGroup]
+
+
+@dataclass(frozen=True)
+class GroupRead:
+    """Where :func:`task_rows` reads a group from: ``source`` with the filter ``where`` and its ``args``; for a
+    window of a larger group, its first row's place in the group's scan (``offset``) and the group's size
+    (``total``, None: the whole group is read). A row's scan and id ranks are taken in the whole group, as an agent
+    scanning the table sees it, not in the window: the window is centred on the task's patients, so ranks within
+    it put the touched rows in its middle and the base rows of a rare kind (the hospital's own NULL numbers)
+    further out — on a 10k build, missing-value rows were told from base rows at 0.769 by their rank in the
+    window alone (``position_rank`` 0.494-0.504)."""
+
+    source: str
+    where: str
+    args: list[Any]
+    offset: int = 0
+    total: int | None = None
+    key: tuple[str, str, tuple[Any, ...]] | None = None  # the group's own relation, filter and its parameters
+    table: str = ""  # the served view of the group's table
+
+
+def _ranks_in_group(con: Any, read: GroupRead, id_col: str, ids: np.ndarray) -> np.ndarray:
+    """Rank of each of a window's ``ids`` among the ids of its whole group as served (one narrow read of the group
+    under the overlay: a dense id is renumbered there), in [0, 1]; a row without an id ranks first, as in a whole
+    group's ranking."""
+    assert read.key is not None
+    _, where, vals = read.key
+    served = con.execute(f"SELECT {id_col} FROM {read.table}{where}", list(vals)).fetchnumpy()[id_col]
+    served = np.asarray(served, dtype=float)
+    known = np.sort(served[~np.isnan(served)])
+    missing = len(served) - len(known)
+    rank = missing + np.searchsorted(known, ids, side="left")
+    return np.where(np.isnan(ids), 0.0, rank / max(len(served) - 1, 1))
 
 
 def _base_group(con: Any, source: str, where: str, vals: list[Any], has_subjects: bool, cache: GroupCache | None
@@ -284,12 +322,12 @@ def _base_group(con: Any, source: str, where: str, vals: list[Any], has_subjects
 
 def _group_window(con: Any, table: str, where: str, vals: list[Any], subjects: set[Any] | None,
                   base: str = "base", edit: TableEdit | None = None, cache: GroupCache | None = None
-                  ) -> tuple[str, str, list[Any]]:
-    """What ``task_rows`` reads a group from, as (relation, filter, its parameters): ``table`` with the group's filter
+                  ) -> GroupRead:
+    """What ``task_rows`` reads a group from (:class:`GroupRead`): ``table`` with the group's filter
     ``where`` when the group holds at most :data:`MAX_ROWS_PER_GROUP` rows, else a temporary table holding the window
     of that many rows of the group's scan centred on the rows of ``subjects`` (None: a table without patients, the
-    top of the scan), in scan order (``row_number() OVER ()`` numbers the rows as one reader scans them; the table
-    keeps them in that order).
+    top of the scan), in scan order (read with ``LIMIT``/``OFFSET`` by one thread; the table keeps them in that
+    order).
 
     The group's size and its patients' scan positions are read from the base table (``base``), once per group with a
     ``cache`` (:class:`BaseGroup`), and widened by the rows the task's ``edit`` inserts and deletes, which are all
@@ -299,7 +337,7 @@ def _group_window(con: Any, table: str, where: str, vals: list[Any], subjects: s
     deleted = len(edit.delete_rowids) if edit is not None else 0
     group = _base_group(con, f"{base}.{table}", where, list(vals), subjects is not None, cache)
     if group.total + inserted <= MAX_ROWS_PER_GROUP:
-        return table, where, list(vals)
+        return GroupRead(table, where, list(vals))
     lo = 0
     spans = [group.spans[s] for s in subjects or () if s in group.spans]
     if spans:
@@ -310,7 +348,13 @@ def _group_window(con: Any, table: str, where: str, vals: list[Any], subjects: s
     # LIMIT/OFFSET on one thread's scan: the rows in scan order, and the scan stops at the window's end
     con.execute(f"CREATE OR REPLACE TEMP TABLE {WINDOW_TABLE} AS SELECT * FROM {table}{where} "
                 f"LIMIT {MAX_ROWS_PER_GROUP} OFFSET {int(lo)}", list(vals))
-    return f"temp.main.{WINDOW_TABLE}", " WHERE TRUE", []
+    if not group.rowids:  # which base rows are the group's, to count the task's deletions among them
+        group.rowids.append(con.execute(f"SELECT rowid FROM {base}.{table}{where} ORDER BY 1",
+                                        list(vals)).fetchnumpy()["rowid"])
+    gone = int(np.isin(np.array(sorted(edit.delete_rowids) if edit is not None else [], dtype=np.int64),
+                       group.rowids[0]).sum())
+    return GroupRead(f"temp.main.{WINDOW_TABLE}", " WHERE TRUE", [], int(lo), group.total + inserted - gone,
+                     (f"{base}.{table}", where, tuple(vals)), table)
 
 
 def _nearest_patients(per: dict[Any, list[int]], own: list[int], rng: np.random.Generator) -> list[Any]:
