@@ -208,7 +208,7 @@ def task_rows(session: OverlaySession, task: Task, rng: np.random.Generator, sid
                 order = np.argsort(np.argsort(np.nan_to_num(ids, nan=-1e18), kind="stable"), kind="stable")
                 id_rank = order / max(n - 1, 1)
             else:  # among the whole group's ids, not the window's: see GroupRead
-                id_rank = _ranks_in_group(session.con, read, id_col, ids)
+                id_rank = _ranks_in_group(session.con, read, id_col, ids, edit, groups)
         # base rows to compare with: first untouched rows of the same patients (what an agent looking
         # at the question's patients sees beside the noise), then rows of the other patients nearest in the scan
         near = [i for i in rows if i not in touched and slim[i][2]]
@@ -266,6 +266,8 @@ class BaseGroup:
     total: int
     spans: dict[Any, tuple[int, int]]
     rowids: list[np.ndarray] = field(default_factory=list)  # a windowed group's base rowids, sorted (read once)
+    ids: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
+    """A windowed group's ids by base rowid (rowids, their ids) and its non-NULL ids sorted, read when first needed."""
 
 
 GroupCache = dict[tuple[str, str, tuple[Any, ...]], BaseGroup]
@@ -290,18 +292,35 @@ class GroupRead:
     table: str = ""  # the served view of the group's table
 
 
-def _ranks_in_group(con: Any, read: GroupRead, id_col: str, ids: np.ndarray) -> np.ndarray:
-    """Rank of each of a window's ``ids`` among the ids of its whole group as served (one narrow read of the group
-    under the overlay: a dense id is renumbered there), in [0, 1]; a row without an id ranks first, as in a whole
-    group's ranking."""
-    assert read.key is not None
-    _, where, vals = read.key
-    served = con.execute(f"SELECT {id_col} FROM {read.table}{where}", list(vals)).fetchnumpy()[id_col]
-    served = np.asarray(served, dtype=float)
-    known = np.sort(served[~np.isnan(served)])
-    missing = len(served) - len(known)
-    rank = missing + np.searchsorted(known, ids, side="left")
-    return np.where(np.isnan(ids), 0.0, rank / max(len(served) - 1, 1))
+def _ranks_in_group(con: Any, read: GroupRead, id_col: str, ids: np.ndarray, edit: TableEdit | None,
+                    cache: GroupCache | None) -> np.ndarray:
+    """Rank of each of a window's ``ids`` (in scan order) among the ids of its whole group as served, in [0, 1]; a
+    row without an id ranks first. A dense id (the overlay renumbers the table 1, 2, 3 … in scan order) ranks as
+    its row stands in the scan; other ids keep their base values, so the group's served ids are its base ids
+    (sorted once per worker, :class:`BaseGroup`) less the task's deleted rows' and with its inserted rows'."""
+    assert read.key is not None and read.total is not None
+    scale = max(read.total - 1, 1)
+    if edit is not None and edit.dense_id == id_col:
+        return (read.offset + np.arange(len(ids))) / scale
+    source, where, vals = read.key
+    group = (cache or {}).get(read.key) or BaseGroup(read.total, {})  # no cache: read for this task only
+    if id_col not in group.ids:
+        got = con.execute(f"SELECT rowid, {id_col} FROM {source}{where} ORDER BY rowid", list(vals)).fetchnumpy()
+        by_rowid = np.asarray(got[id_col], dtype=float)
+        group.ids[id_col] = (np.asarray(got["rowid"]), by_rowid, np.sort(by_rowid[~np.isnan(by_rowid)]))
+    rowids, by_rowid, known = group.ids[id_col]
+    deleted = np.array(sorted(edit.delete_rowids) if edit is not None else [], dtype=np.int64)
+    at = np.searchsorted(rowids, deleted)
+    inside = at < len(rowids)
+    inside[inside] &= rowids[at[inside]] == deleted[inside]
+    gone = by_rowid[at[inside]]
+    added = np.array([float(r[id_col]) if r.get(id_col) is not None else np.nan
+                      for r in (edit.insert_rows if edit is not None else ())], dtype=float)
+    nulls = int(np.isnan(by_rowid).sum() - np.isnan(gone).sum() + np.isnan(added).sum())
+    gone, added = np.sort(gone[~np.isnan(gone)]), np.sort(added[~np.isnan(added)])
+    rank = nulls + np.searchsorted(known, ids, "left") - np.searchsorted(gone, ids, "left") \
+        + np.searchsorted(added, ids, "left")
+    return np.where(np.isnan(ids), 0.0, rank / scale)
 
 
 def _base_group(con: Any, source: str, where: str, vals: list[Any], has_subjects: bool, cache: GroupCache | None
@@ -351,8 +370,10 @@ def _group_window(con: Any, table: str, where: str, vals: list[Any], subjects: s
     if not group.rowids:  # which base rows are the group's, to count the task's deletions among them
         group.rowids.append(con.execute(f"SELECT rowid FROM {base}.{table}{where} ORDER BY 1",
                                         list(vals)).fetchnumpy()["rowid"])
-    gone = int(np.isin(np.array(sorted(edit.delete_rowids) if edit is not None else [], dtype=np.int64),
-                       group.rowids[0]).sum())
+    removed = np.array(sorted(edit.delete_rowids) if edit is not None else [], dtype=np.int64)
+    at = np.searchsorted(group.rowids[0], removed)  # sorted rowids: a lookup, not a hash of the group per task
+    inside = at < len(group.rowids[0])
+    gone = int((group.rowids[0][at[inside]] == removed[inside]).sum())
     return GroupRead(f"temp.main.{WINDOW_TABLE}", " WHERE TRUE", [], int(lo), group.total + inserted - gone,
                      (f"{base}.{table}", where, tuple(vals)), table)
 
