@@ -266,8 +266,8 @@ class BaseGroup:
     total: int
     spans: dict[Any, tuple[int, int]]
     rowids: list[np.ndarray] = field(default_factory=list)  # a windowed group's base rowids, sorted (read once)
-    ids: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
-    """A windowed group's ids by base rowid (rowids, their ids) and its non-NULL ids sorted, read when first needed."""
+    ids: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    """A windowed group's ids in the order of ``rowids`` and its non-NULL ids sorted, read when first needed."""
 
 
 GroupCache = dict[tuple[str, str, tuple[Any, ...]], BaseGroup]
@@ -289,7 +289,7 @@ class GroupRead:
     offset: int = 0
     total: int | None = None
     key: tuple[str, str, tuple[Any, ...]] | None = None  # the group's own relation, filter and its parameters
-    table: str = ""  # the served view of the group's table
+    deleted: np.ndarray | None = None  # positions in the group's sorted base rowids of the rows the task deletes
 
 
 def _ranks_in_group(con: Any, read: GroupRead, id_col: str, ids: np.ndarray, edit: TableEdit | None,
@@ -305,15 +305,11 @@ def _ranks_in_group(con: Any, read: GroupRead, id_col: str, ids: np.ndarray, edi
     source, where, vals = read.key
     group = (cache or {}).get(read.key) or BaseGroup(read.total, {})  # no cache: read for this task only
     if id_col not in group.ids:
-        got = con.execute(f"SELECT rowid, {id_col} FROM {source}{where} ORDER BY rowid", list(vals)).fetchnumpy()
+        got = con.execute(f"SELECT {id_col} FROM {source}{where} ORDER BY rowid", list(vals)).fetchnumpy()
         by_rowid = np.asarray(got[id_col], dtype=float)
-        group.ids[id_col] = (np.asarray(got["rowid"]), by_rowid, np.sort(by_rowid[~np.isnan(by_rowid)]))
-    rowids, by_rowid, known = group.ids[id_col]
-    deleted = np.array(sorted(edit.delete_rowids) if edit is not None else [], dtype=np.int64)
-    at = np.searchsorted(rowids, deleted)
-    inside = at < len(rowids)
-    inside[inside] &= rowids[at[inside]] == deleted[inside]
-    gone = by_rowid[at[inside]]
+        group.ids[id_col] = (by_rowid, np.sort(by_rowid[~np.isnan(by_rowid)]))
+    by_rowid, known = group.ids[id_col]
+    gone = by_rowid[read.deleted if read.deleted is not None else np.array([], dtype=np.int64)]
     added = np.array([float(r[id_col]) if r.get(id_col) is not None else np.nan
                       for r in (edit.insert_rows if edit is not None else ())], dtype=float)
     nulls = int(np.isnan(by_rowid).sum() - np.isnan(gone).sum() + np.isnan(added).sum())
@@ -373,9 +369,9 @@ def _group_window(con: Any, table: str, where: str, vals: list[Any], subjects: s
     removed = np.array(sorted(edit.delete_rowids) if edit is not None else [], dtype=np.int64)
     at = np.searchsorted(group.rowids[0], removed)  # sorted rowids: a lookup, not a hash of the group per task
     inside = at < len(group.rowids[0])
-    gone = int((group.rowids[0][at[inside]] == removed[inside]).sum())
-    return GroupRead(f"temp.main.{WINDOW_TABLE}", " WHERE TRUE", [], int(lo), group.total + inserted - gone,
-                     (f"{base}.{table}", where, tuple(vals)), table)
+    inside[inside] &= group.rowids[0][at[inside]] == removed[inside]
+    return GroupRead(f"temp.main.{WINDOW_TABLE}", " WHERE TRUE", [], int(lo), group.total + inserted - int(inside.sum()),
+                     (f"{base}.{table}", where, tuple(vals)), at[inside])
 
 
 def _nearest_patients(per: dict[Any, list[int]], own: list[int], rng: np.random.Generator) -> list[Any]:

@@ -34,7 +34,7 @@ import numpy as np
 from ehrgym.bench.background import same_answer
 from ehrgym.bench.noise import INJECTORS, cleaning
 from ehrgym.bench.noise.base import InjectContext, Injection
-from ehrgym.bench.noise.values import finite, parse_stamp, shift_times, with_value
+from ehrgym.bench.noise.values import finite, on_the_hour, parse_stamp, shift_times, with_value
 from ehrgym.bench.sqlrender import render_sql
 from ehrgym.bench.templates.base import Template
 from ehrgym.db.overlay import Overlay, TableEdit
@@ -96,7 +96,7 @@ def targets(ctx: InjectContext, avoid: set[int], seed: int, timed_like_deciding:
     like = ""
     stamp = deciding[0].get(ev.time_col) if timed_like_deciding and deciding and ev.time_col else None
     if stamp is not None:
-        on = parse_stamp(stamp) == parse_stamp(stamp).replace(minute=0, second=0, microsecond=0)
+        on = on_the_hour(stamp)
         like = f"(date_trunc('hour', e.{ev.time_col}) = e.{ev.time_col}) IS NOT DISTINCT FROM {str(on).upper()} DESC, "
     rows = ctx.query(f"SELECT e.rowid FROM {ctx.base}.{table_spec(ev.table).qualified} e {join}WHERE "
                      f"{ctx.where_sql()} ORDER BY {like}hash(e.rowid, {int(seed)}), e.rowid LIMIT {POOL + len(skip)}")

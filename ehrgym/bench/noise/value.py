@@ -13,7 +13,7 @@ from ehrgym.bench.noise.teaching import TeachingCard
 from ehrgym.bench.templates.base import Template
 from ehrgym.bench.noise.units import conversion_for
 from ehrgym.bench.noise.values import (MISSING_PLACEHOLDERS, co_stored, decimals_of, derivable, finite,
-                                       format_like, implausible, number_forms, parse_stamp, shift_times, typed_value,
+                                       format_like, implausible, number_forms, on_the_hour, shift_times, typed_value,
                                        with_decimals)
 from ehrgym.db.overlay import Overlay, TableEdit
 from ehrgym.db.schema import table_spec
@@ -89,7 +89,7 @@ def _charted_on_the_hour(ctx: InjectContext) -> bool:
     stamps = [r.get(ev.time_col) for r in ctx.evidence_rows()]
     if len(stamps) < 2 or any(v is None for v in stamps):
         return False
-    return all((t := parse_stamp(v)).minute == 0 and t.second == 0 and t.microsecond == 0 for v in stamps)
+    return all(on_the_hour(v) for v in stamps)
 
 
 def _base_texts(ctx: InjectContext, digits: bool) -> list[str]:

@@ -195,6 +195,12 @@ def parse_stamp(value: Any) -> dt.datetime:
     return value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(str(value))
 
 
+def on_the_hour(value: Any) -> bool:
+    """Whether a timestamp sits exactly on the hour (the synthetic hospital charts vital signs there)."""
+    t = parse_stamp(value)
+    return t.minute == 0 and t.second == 0 and t.microsecond == 0
+
+
 def finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value))
 
