@@ -118,6 +118,21 @@ def test_real_twins_time_alike_in_cells_with_the_default_limits(tiny, synth_db):
     pairs = timed_pairs(tiny.tasks, per_split=1000)[:20]
     rows = [replace(r, pair_id=f"{r.pair_id}#{round_}") for round_ in range(2)
             for r in time_episodes_env(synth_db, pairs, repeats=3)]
-    assert all(r.best_ms >= quantum * 0.98 and (r.best_ms + 0.02 * quantum) % quantum < 0.4 * quantum
-               for r in rows), sorted(r.best_ms for r in rows)
+
+    def whole_quanta(best_ms: float) -> bool:
+        return best_ms >= quantum * 0.98 and (best_ms + 0.02 * quantum) % quantum < 0.4 * quantum
+
+    # load only ever adds time: a call that ran over its quantum in all three repeats is timed again (best of
+    # more calls), so that one busy moment of the shared machine does not decide the test; the replies must
+    # still land on whole quanta
+    late = [r for r in rows if not whole_quanta(r.best_ms)]
+    assert len(late) <= len(rows) // 3, sorted(r.best_ms for r in rows)
+    for _ in range(3):
+        if not late:
+            break
+        again = [p for p in pairs if any(r.pair_id.split("#")[0] == p[0].pair_id for r in late)]
+        redeemed = {(r.pair_id, r.noisy) for r in time_episodes_env(synth_db, again, repeats=5)
+                    if whole_quanta(r.best_ms)}
+        late = [r for r in late if (r.pair_id.split("#")[0], r.noisy) not in redeemed]
+    assert not late, sorted(r.best_ms for r in rows)
     assert timing_report(rows)["noisy_slower_best"]["share"] <= 0.8
