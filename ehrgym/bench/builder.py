@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import time
 import warnings
 from collections import Counter, defaultdict
@@ -30,6 +31,7 @@ from ehrgym.bench.context import (CLAUSE_SHARE, COHORT_CLAUSES, CourseClause, ad
 from ehrgym.bench.configs import (LEXICAL, MARKED_SUBTYPES, QUERY_ABSTAIN, BuildConfig, answer_allowed,
                                   balanced_subtypes, plan_quotas, spread_groups)
 from ehrgym.bench.noise import INJECTORS, InjectContext, Injection
+from ehrgym.bench.noise.base import EvidenceReads
 from ehrgym.bench.noise.cleaning import plain_relation, relation
 from ehrgym.bench.noise.lexicon import shown_name
 from ehrgym.bench.noise.query import opens_with_clause
@@ -46,6 +48,11 @@ from ehrgym.vocab import NOISE_SUBTYPES
 
 BENCHMARK_FORMAT_VERSION = 1
 SUBTYPE_ORDER = list(NOISE_SUBTYPES)
+
+
+# candidate sampling runs in the building process before any worker starts: its queries (whole-database sampler
+# results, totally ordered, and counts) may use every core, whatever their scan order
+SAMPLING_THREADS = os.cpu_count() or 1
 
 
 class BenchmarkBuildWarning(UserWarning):
@@ -166,6 +173,7 @@ class Builder:
         self.clean_cache: dict[tuple[str, int], tuple[Any, str] | None] = {}
         self.context_rows: dict[tuple[Any, ...], Any] = {}  # (entity column, id) or cohort -> admissions rows
         self.max_ids: dict[tuple[Any, ...], Any] = {}
+        self.evidence_reads = EvidenceReads()  # the clean base's evidence rows, read once per build process
         self._ineligible: dict[str, Counter] = {}
         self.clean_problem: dict[tuple[str, int], str] = {}
         self._all_drawn: dict[str, bool] = {}
@@ -211,8 +219,9 @@ class Builder:
         for (tid, _), q in first.items():
             per_template[tid] += q
         bar = tqdm(self.templates, desc="sampling", disable=not self.progress, leave=False)
-        for t in bar:
-            self._draw(t, math.ceil(per_template[t.id] * self.config.oversample))
+        with self.verifier.threads(SAMPLING_THREADS):  # no worker runs yet: the samplers may take every core
+            for t in bar:
+                self._draw(t, math.ceil(per_template[t.id] * self.config.oversample))
         usable = [t for t in self.templates if self.candidates.get(t.id)]
         skipped = [t.id for t in self.templates if not self.candidates.get(t.id)]
         for tid in skipped:
@@ -228,10 +237,11 @@ class Builder:
         again: Counter[str] = Counter()
         for (tid, _), q in plan.items():
             again[tid] += q
-        for t in usable:  # a re-plan can raise a template's share: draw more if needed
-            need = math.ceil(again[t.id] * self.config.oversample)
-            if need > len(self.candidates[t.id]) and not self._all_drawn[t.id]:
-                self._draw(t, need)
+        with self.verifier.threads(SAMPLING_THREADS):
+            for t in usable:  # a re-plan can raise a template's share: draw more if needed
+                need = math.ceil(again[t.id] * self.config.oversample)
+                if need > len(self.candidates[t.id]) and not self._all_drawn[t.id]:
+                    self._draw(t, need)
         return plan
 
     # ---------------------------------------------------------------- one pair
@@ -287,7 +297,8 @@ class Builder:
             context, places = self._context(t, c) if reads_places else ("", ())
             clauses = self._clauses(t, c) if reads_places else ()
             ctx = InjectContext(self.verifier.clean_con, t, dict(c.params), clean_value, rng, max_ids=self.max_ids,
-                               paraphrase=paraphrase, shown=shown, places=places, clauses=clauses)
+                               paraphrase=paraphrase, shown=shown, places=places, clauses=clauses,
+                               reads=self.evidence_reads)
             try:
                 inj = INJECTORS[subtype].inject(ctx)
             except Exception as exc:  # noqa: BLE001

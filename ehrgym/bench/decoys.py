@@ -178,7 +178,7 @@ def make_decoy(verifier: Any, t: Template, subtype: str, ctx: InjectContext, noi
     clean_rows = verifier.rows(clean_sql)
     for i, target in enumerate(targets(ctx, avoid, seed, subtype in TIMED_LIKE_DECIDING)):
         dctx = DecoyContext(con=ctx.con, template=t, params=dict(ctx.params), clean_value=ctx.clean_value,
-                            rng=np.random.default_rng([seed, i]), base=ctx.base, max_ids=ctx.max_ids,
+                            rng=np.random.default_rng([seed, i]), base=ctx.base, max_ids=ctx.max_ids, reads=ctx.reads,
                             paraphrase=ctx.paraphrase, shown=ctx.shown, places=ctx.places, target=target,
                             taken_ids=taken)
         try:

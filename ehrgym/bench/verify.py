@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,6 +116,16 @@ class PairVerifier:
         self.clean_con = self.con.cursor()
         self.clean_con.execute("USE base")
         self.clean_con.execute(search_path_sql("base"))
+
+    @contextmanager
+    def threads(self, n: int) -> Iterator[None]:
+        """Run queries with ``n`` threads inside the block (one again after it). Only for queries whose result does
+        not depend on scan order (the candidate samplers: totally ordered, counts), run while no worker competes."""
+        self.con.execute(f"SET threads = {max(1, int(n))}")
+        try:
+            yield
+        finally:
+            self.con.execute("SET threads = 1")
 
     def use(self, overlay: Overlay) -> None:
         if overlay != self._overlay:

@@ -51,6 +51,26 @@ class Injection:
     alternative: Any = None  # Overlay | None
 
 
+class EvidenceReads:
+    """Results of evidence reads on the clean base, by SQL text: rows are tuples (never changed by a reader), and
+    only results of up to ``max_rows`` rows are kept, the oldest dropped beyond ``max_entries``."""
+
+    def __init__(self, max_entries: int = 4096, max_rows: int = 2000) -> None:
+        self.max_entries, self.max_rows = max_entries, max_rows
+        self._kept: dict[str, tuple[list[str], list[tuple[Any, ...]]]] = {}
+
+    def get(self, con: duckdb.DuckDBPyConnection, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+        if sql in self._kept:
+            return self._kept[sql]
+        cur = con.execute(sql)
+        result = ([d[0] for d in cur.description], cur.fetchall())
+        if len(result[1]) <= self.max_rows:
+            if len(self._kept) >= self.max_entries:
+                self._kept.pop(next(iter(self._kept)))
+            self._kept[sql] = result
+        return result
+
+
 @dataclass
 class InjectContext:
     """What an injector may look at: the clean database (through ``con``), the entity, its answer."""
@@ -67,6 +87,9 @@ class InjectContext:
     places: tuple[str, ...] = ()  # places outside the record the question's context names (bench.context)
     clauses: tuple[CourseClause, ...] = ()  # the admission's arrival and departure in clause form (bench.context)
     refused: str = ""  # why an injector that returned None declined (a build-report discard reason)
+    # evidence reads of the clean base, by SQL, shared by every context of one build process (an entity's
+    # evidence is read again by each subtype tried on it and by its decoy): the base never changes
+    reads: "EvidenceReads | None" = None
     # a decoy's context (bench.decoys.DecoyContext): the edit is aimed at a row that must not decide the answer
     harmless: ClassVar[bool] = False
 
@@ -90,10 +113,15 @@ class InjectContext:
                f"ORDER BY {order_sql}")
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
+        names, got = self._read(sql)
+        return [{n: (int(v) if n == ROWID else to_json_value(v)) for n, v in zip(names, rec)} for rec in got]
+
+    def _read(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """The column names and rows of ``sql`` on the clean base (through :attr:`reads` when shared)."""
+        if self.reads is not None:
+            return self.reads.get(self.con, sql)
         cur = self.con.execute(sql)
-        names = [d[0] for d in cur.description]
-        return [{n: (int(v) if n == ROWID else to_json_value(v)) for n, v in zip(names, rec)}
-                for rec in cur.fetchall()]
+        return [d[0] for d in cur.description], cur.fetchall()
 
     def evidence_batch(self, order: str | None = None, finite_values: bool = False) -> tuple[int, list[dict[str, Any]]]:
         """How many evidence rows there are (with ``finite_values``: rows whose value is a finite number) and
@@ -108,11 +136,10 @@ class InjectContext:
             return len(rows), rows[:BATCH_MAX]
         join = render_sql(ev.join, self.params, {}) + " " if ev.join else ""
         keep = f" AND isfinite(CAST(e.{ev.value_col} AS DOUBLE))" if finite_values else ""
-        cur = self.con.execute(
+        names, got = self._read(
             f"SELECT count(*) OVER () AS {COUNT}, e.rowid AS {ROWID}, e.* FROM {self.base}.{spec.qualified} e "
             f"{join}WHERE ({self.where_sql()}){keep} ORDER BY {order or self.focus_order()} LIMIT {BATCH_MAX}")
-        names = [d[0] for d in cur.description][1:]
-        got = cur.fetchall()
+        names = names[1:]
         rows = [{n: (int(v) if n == ROWID else to_json_value(v)) for n, v in zip(names, rec[1:])} for rec in got]
         return (int(got[0][0]) if got else 0), rows
 
