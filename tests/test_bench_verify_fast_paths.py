@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ehrgym.bench.noise import InjectContext
-from ehrgym.bench.noise.base import BATCH_MAX, ROWID
+from ehrgym.bench.noise.base import BATCH_MAX, ROWID, EvidenceReads
 from ehrgym.bench.noise.values import finite
 from ehrgym.bench.sampling import sample_candidates
 from ehrgym.bench.templates.registry import all_templates
@@ -153,3 +153,37 @@ def test_extra_rows_of_a_series_charted_on_the_hour_stay_on_the_hour(verifier):
                         else:
                             off_grid += 1
     assert on_grid >= 5, (on_grid, off_grid)
+
+
+def test_shared_evidence_reads_give_what_a_read_of_the_base_gives(verifier):
+    """Evidence rows read through a build's shared cache are those read from the base each time, for every context
+    sharing it (two subtypes of one entity, its decoy), and a caller that changes the rows it got changes no
+    other caller's; results larger than the cache keeps are read again."""
+    reads = EvidenceReads(max_rows=50)
+    checked, kept, large = 0, 0, 0
+    for t in all_templates()[::3]:
+        for c in sample_candidates(verifier.con, t, 3, 0)[:3]:
+            alone = InjectContext(verifier.clean_con, t, dict(c.params), None, np.random.default_rng(0))
+            shared = [InjectContext(verifier.clean_con, t, dict(c.params), None, np.random.default_rng(i), reads=reads)
+                      for i in range(2)]
+            for order in {alone.focus_order(), alone.one_sided_order()}:
+                want = alone.evidence_rows(order=order)
+                first = shared[0].evidence_rows(order=order)
+                assert first == want, (t.id, c.params)
+                for row in first:  # an injector edits its copy of a row
+                    row[ROWID] = -1
+                assert shared[1].evidence_rows(order=order) == want
+                assert shared[1].evidence_batch(order) == alone.evidence_batch(order)
+                checked += 1
+                large += len(want) > 50
+    kept = len(reads._kept)
+    assert checked >= 40 and large >= 1 and 0 < kept < 3 * checked, (checked, large, kept)
+    assert all(len(rows) <= 50 for _, rows in reads._kept.values())
+
+
+def test_sampling_threads_are_given_back(verifier):
+    with verifier.threads(2):
+        assert verifier.con.execute("SELECT current_setting('threads')").fetchone()[0] == 2
+    # episodes and verification read tied rows in scan order: one thread again, on both connections
+    assert verifier.con.execute("SELECT current_setting('threads')").fetchone()[0] == 1
+    assert verifier.clean_con.execute("SELECT current_setting('threads')").fetchone()[0] == 1
