@@ -179,6 +179,11 @@ def test_shared_evidence_reads_give_what_a_read_of_the_base_gives(verifier):
     kept = len(reads._kept)
     assert checked >= 40 and large >= 1 and 0 < kept < 3 * checked, (checked, large, kept)
     assert all(len(rows) <= 50 for _, rows in reads._kept.values())
+    assert reads._total == sum(len(rows) for _, rows in reads._kept.values())
+    small = EvidenceReads(max_total=60)  # the oldest results go once more rows than that are kept
+    for sql in (f"SELECT range AS r FROM range({n})" for n in (30, 20, 25)):
+        assert small.get(verifier.clean_con, sql)[1] == verifier.clean_con.execute(sql).fetchall()
+    assert [len(rows) for _, rows in small._kept.values()] == [20, 25] and small._total == 45
 
 
 def test_sampling_threads_are_given_back(verifier):

@@ -52,12 +52,13 @@ class Injection:
 
 
 class EvidenceReads:
-    """Results of evidence reads on the clean base, by SQL text: rows are tuples (never changed by a reader), and
-    only results of up to ``max_rows`` rows are kept, the oldest dropped beyond ``max_entries``."""
+    """Results of evidence reads on the clean base, by SQL text. Rows are tuples, which no reader changes; results
+    of up to ``max_rows`` rows are kept, the oldest dropped once more than ``max_total`` rows are kept in all."""
 
-    def __init__(self, max_entries: int = 4096, max_rows: int = 2000) -> None:
-        self.max_entries, self.max_rows = max_entries, max_rows
+    def __init__(self, max_rows: int = 2000, max_total: int = 200_000) -> None:
+        self.max_rows, self.max_total = max_rows, max_total
         self._kept: dict[str, tuple[list[str], list[tuple[Any, ...]]]] = {}
+        self._total = 0
 
     def get(self, con: duckdb.DuckDBPyConnection, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
         if sql in self._kept:
@@ -65,9 +66,10 @@ class EvidenceReads:
         cur = con.execute(sql)
         result = ([d[0] for d in cur.description], cur.fetchall())
         if len(result[1]) <= self.max_rows:
-            if len(self._kept) >= self.max_entries:
-                self._kept.pop(next(iter(self._kept)))
             self._kept[sql] = result
+            self._total += len(result[1])
+            while self._total > self.max_total:
+                self._total -= len(self._kept.pop(next(iter(self._kept)))[1])
         return result
 
 
@@ -89,7 +91,7 @@ class InjectContext:
     refused: str = ""  # why an injector that returned None declined (a build-report discard reason)
     # evidence reads of the clean base, by SQL, shared by every context of one build process (an entity's
     # evidence is read again by each subtype tried on it and by its decoy): the base never changes
-    reads: "EvidenceReads | None" = None
+    reads: EvidenceReads | None = None
     # a decoy's context (bench.decoys.DecoyContext): the edit is aimed at a row that must not decide the answer
     harmless: ClassVar[bool] = False
 
