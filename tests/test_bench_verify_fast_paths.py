@@ -186,9 +186,16 @@ def test_shared_evidence_reads_give_what_a_read_of_the_base_gives(verifier):
     assert [len(rows) for _, rows in small._kept.values()] == [20, 25] and small._total == 45
 
 
-def test_sampling_threads_are_given_back(verifier):
+def test_sampling_threads_are_given_back(verifier, synth_db):
     with verifier.threads(2):
         assert verifier.con.execute("SELECT current_setting('threads')").fetchone()[0] == 2
     # episodes and verification read tied rows in scan order: one thread again, on both connections
     assert verifier.con.execute("SELECT current_setting('threads')").fetchone()[0] == 1
     assert verifier.clean_con.execute("SELECT current_setting('threads')").fetchone()[0] == 1
+    other = PairVerifier(synth_db, threads=2)  # a verifier made with another count gets its own back
+    try:
+        with other.threads(1):
+            assert other.con.execute("SELECT current_setting('threads')").fetchone()[0] == 1
+        assert other.con.execute("SELECT current_setting('threads')").fetchone()[0] == 2
+    finally:
+        other.close()

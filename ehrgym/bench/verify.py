@@ -101,11 +101,12 @@ class Outcome:
 class PairVerifier:
     """Runs SQL on clean or overlaid views of one database (see the module docstring)."""
 
-    def __init__(self, db_path: str | Path, threads: int = 1) -> None:
+    def __init__(self, db_path: str | Path, threads: int | None = 1) -> None:
         # One thread by default, as episodes are served (ConnectionSettings.threads): a naive SQL that meets
         # tied rows (conflicting records at one charttime) then reads them in scan order, so what the verifier
         # records is what an agent's query returns, not one of several thread schedules.
         self.con, self.session = overlay_connection(db_path, threads)
+        self._threads = threads
         self._overlay: Overlay | None = Overlay()
         self._clean_rows: dict[str, list[tuple[Any, ...]]] = {}
         self.last_rows: dict[str, list[tuple[Any, ...]]] = {}  # check_noise's naive and robust rows
@@ -119,13 +120,14 @@ class PairVerifier:
 
     @contextmanager
     def threads(self, n: int) -> Iterator[None]:
-        """Run queries with ``n`` threads inside the block (one again after it). Only for queries whose result does
-        not depend on scan order (the candidate samplers: totally ordered, counts), run while no worker competes."""
+        """Run queries with ``n`` threads inside the block (the verifier's own count again after it). Only for queries
+        whose result does not depend on scan order (the candidate samplers: totally ordered, counts), run while no
+        worker competes."""
         self.con.execute(f"SET threads = {max(1, int(n))}")
         try:
             yield
         finally:
-            self.con.execute("SET threads = 1")
+            self.con.execute("RESET threads" if self._threads is None else f"SET threads = {int(self._threads)}")
 
     def use(self, overlay: Overlay) -> None:
         if overlay != self._overlay:
