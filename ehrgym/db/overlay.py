@@ -262,17 +262,26 @@ def _rows_sql(spec: TableSpec, rows: list[tuple[int, int, JsonRow]], keyed: bool
     return f"SELECT {keys}{casts} FROM (VALUES {values}) AS __rows({head}{', '.join(names)})"
 
 
-def _view_sql(spec: TableSpec, base: str, edit: TableEdit | None) -> str:
+def _view_sql(spec: TableSpec, base: str, edit: TableEdit | None,
+              bounds: tuple[int | None, int | None] | None = None) -> str:
+    """The view serving ``spec``'s table under ``edit``; ``bounds`` (see :func:`bounded_view_sql`) keeps the rows
+    anchored in a range of base rowids only."""
     source = f"{base}.{spec.qualified}"
+    first, last = bounds if bounds is not None else (None, None)
+    bound = ""
+    if first is not None:
+        bound += f" AND rowid >= {int(first)}"
+    if last is not None:
+        bound += f" AND rowid <= {int(last)}"
     if edit is None:
-        return f"SELECT * FROM {source}"
+        return f"SELECT * FROM {source} WHERE TRUE{bound}" if bound else f"SELECT * FROM {source}"
     deleted = sorted(set(edit.delete_rowids))
 
     def not_in(lo: int | None = None, hi: int | None = None) -> str:
         """The deletion filter of the base rows in (lo, hi]: only the deleted rowids there (a view cut into many
-        rowid ranges would otherwise repeat the whole list in each)."""
+        rowid ranges would otherwise repeat the whole list in each), and the bounds."""
         inside = _within(deleted, lo, hi)
-        return _not_deleted(inside) if inside else "TRUE"
+        return (_not_deleted(inside) if inside else "TRUE") + bound
     shifts = _id_shifts(edit) if edit.dense_id else []
 
     def proj(lo: int | None = None, hi: int | None = None) -> str:
@@ -301,6 +310,8 @@ def _view_sql(spec: TableSpec, base: str, edit: TableEdit | None) -> str:
             kept = 0 if anchor in set(deleted) else 1
             row = {**row, edit.dense_id: int(row[edit.dense_id]) + _shift_at(shifts, anchor) + kept + j}
         placed.append((anchor, j, row))
+    if bounds is not None:
+        placed = [p for p in placed if _anchored_within(p[0], first, last)]
 
     def literal(rows: list[tuple[int, int, JsonRow]], keyed: bool) -> list[str]:
         return [_rows_sql(spec, rows, keyed)] if rows else []
@@ -337,6 +348,24 @@ def _view_sql(spec: TableSpec, base: str, edit: TableEdit | None) -> str:
         parts.append(f"SELECT {proj()} FROM {source} WHERE {not_in()}")
     parts += literal(tail, False)
     return "\nUNION ALL ".join(parts)
+
+
+def _anchored_within(anchor: int, first: int | None, last: int | None) -> bool:
+    """Whether a row inserted after ``anchor`` is served among the base rows of rowids in [first, last] (None:
+    unbounded): a row before the first base row only from the top, a row after the last only to the end."""
+    if anchor == END:
+        return last is None
+    return (first is None or anchor >= first) and (last is None or anchor <= last)
+
+
+def bounded_view_sql(spec: TableSpec, base: str, edit: TableEdit | None, first: int | None,
+                     last: int | None) -> str:
+    """The rows the view of ``spec``'s table under ``edit`` serves from base rowid ``first`` to ``last`` (None:
+    from the top, to the end), in the view's order: the base rows of those rowids the edit keeps, each followed by
+    the rows inserted after it (``first`` -1 or None: with the rows inserted before the first base row; ``last``
+    None: with those appended at the end). The rowid bounds are pushed into the base scans, so a slice of a large
+    table is read without scanning the rest."""
+    return _view_sql(spec, base, edit, (first, last))
 
 
 class OverlaySession:
