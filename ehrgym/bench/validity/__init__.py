@@ -42,10 +42,10 @@ def validity_section(name: str) -> Callable[[Section], Section]:
 
 
 # the built-in sections by the time they take at the paper config, longest first: the order in which section
-# processes claim them. Measured on 2 cores (1k patients / 10k): anomaly profiles 55 / 83 s, artifacts 38 / ~125,
-# text probes 27 / 36, literal baseline 14 / 16, the rest ~2. Anomaly first: at 1k the other process then runs
-# artifacts and text (the card ~70 s, against 85 with artifacts, text and anomaly claimed in that order); at 10k
-# the artifacts section is the card's length either way.
+# processes claim them. Measured on 2 cores, two processes (1k patients / 10k): anomaly profiles 55 / 97 s,
+# artifacts 42 / 136, text probes 27 / 31, literal baseline 14 / 26, the rest ~2-4. Anomaly first: at 1k the other
+# process then runs artifacts and text (the card ~70 s from those times, against 85 measured with artifacts, text
+# and anomaly claimed in that order); at 10k both orders come to ~155 s.
 SECTION_ORDER = ("evidence_anomaly", "artifact_classifier", "text_classifier", "literal_baseline", "database_state",
                  "answer_prior", "trap_margins")
 
