@@ -626,11 +626,10 @@ def test_bounded_views_cut_the_served_scan_into_its_slices(session, table, dense
 
 
 @pytest.mark.parametrize("table,dense", [("mimiciv_icu.chartevents", None), ("mimiciv_hosp.labevents", "labevent_id")])
-def test_a_window_read_from_its_slice_is_the_served_scan_there(session, monkeypatch, table, dense):
-    # at every offset, the window located from the group's base rowids and the edit's anchors (``_window_slice``) is
+def test_a_window_read_from_its_slice_is_the_served_scan_there(session, table, dense):
+    # at every offset, the window located from the group's base rowids and the edit's anchors (``scan_slice``) is
     # the served scan's rows from that offset on: the first row, rows inserted before and after it, the last ones
-    from ehrgym.bench import artifacts
-    from ehrgym.db.overlay import bounded_view_sql
+    from ehrgym.db.overlay import bounded_view_sql, scan_slice
     from ehrgym.db.schema import table_spec
 
     con = session.con
@@ -643,11 +642,9 @@ def test_a_window_read_from_its_slice_is_the_served_scan_there(session, monkeypa
     session.apply(Overlay((edit,)))
     served = con.execute(f"SELECT * FROM {table}{where}", [item]).fetchall()
     size = max(7, len(served) // 9)
-    monkeypatch.setattr(artifacts, "MAX_ROWS_PER_GROUP", size)
-    group = np.array(rowids, dtype=np.int64)
-    deleted_at = np.searchsorted(group, np.array(sorted(edit.delete_rowids), dtype=np.int64))
+    kept = np.array([r for r in rowids if r not in set(edit.delete_rowids)], dtype=np.int64)
     for lo in range(len(served)):
-        first, last, skip = artifacts._window_slice(group, deleted_at, edit, lo)
+        first, last, skip = scan_slice(kept, edit, lo, size)
         got = con.execute(f"SELECT * FROM ({bounded_view_sql(table_spec(table), 'base', edit, first, last)}) AS s"
                           f"{where} LIMIT {size} OFFSET {skip}", [item]).fetchall()
         assert got == served[lo:lo + size], lo

@@ -33,7 +33,7 @@ from ehrgym.bench.noise.value import RESULT_ROWS
 from ehrgym.bench.noise.values import FLAG_COLUMNS, decimals_of, value_text
 from ehrgym.bench.task import Task
 from ehrgym.bench.templates import all_templates
-from ehrgym.db.overlay import (END, Overlay, OverlaySession, TableEdit, bounded_view_sql, overlay_connection,
+from ehrgym.db.overlay import (Overlay, OverlaySession, TableEdit, bounded_view_sql, overlay_connection, scan_slice,
                                to_json_value)
 from ehrgym.db.schema import table_spec
 
@@ -371,34 +371,12 @@ def _group_window(con: Any, table: str, where: str, vals: list[Any], subjects: s
     # the window in the served scan, located from the group's base rowids and the edit's anchors, is read from the
     # slice of base rowids it spans (pushed into the base scans; the view was scanned from its top to the window's
     # end), with LIMIT/OFFSET within the slice on one thread: the rows in scan order
-    since, until, skip = _window_slice(group.rowids[0], at[inside], edit, int(lo))
+    since, until, skip = scan_slice(np.delete(group.rowids[0], at[inside]), edit, int(lo), MAX_ROWS_PER_GROUP)
     con.execute(f"CREATE OR REPLACE TEMP TABLE {WINDOW_TABLE} AS SELECT * FROM "
                 f"({bounded_view_sql(table_spec(table), base, edit, since, until)}) AS __slice{where} "
                 f"LIMIT {MAX_ROWS_PER_GROUP} OFFSET {skip}", list(vals))
     return GroupRead(f"temp.main.{WINDOW_TABLE}", " WHERE TRUE", [], int(lo), group.total + inserted - int(inside.sum()),
                      (f"{base}.{table}", where, tuple(vals)), at[inside])
-
-
-def _window_slice(rowids: np.ndarray, deleted_at: np.ndarray, edit: TableEdit | None, lo: int
-                  ) -> tuple[int | None, int | None, int]:
-    """The base rowids ``(first, last)`` (None: from the top, to the end) whose slice of the served view holds a group's
-    window of :data:`MAX_ROWS_PER_GROUP` rows from scan position ``lo``, and how many of the slice's group rows come
-    before the window. ``rowids``: the group's base rowids, sorted; ``deleted_at``: positions among them of the rows
-    the edit deletes; every row the edit inserts is of the group. The served scan is the kept base rows in rowid
-    order, each followed by the rows inserted after it (:func:`~ehrgym.db.overlay.bounded_view_sql`): a base row's
-    key is 2·rowid, an inserted row's 2·anchor + 1 (appended rows last), sorted stably in insertion order."""
-    kept = np.delete(rowids, deleted_at).astype(np.int64) * 2
-    anchors = np.array(edit.insert_after if edit is not None else (), dtype=np.int64)
-    tail = np.iinfo(np.int64).max
-    inserted = np.where(anchors == END, tail, anchors * 2 + 1)
-    keys = np.sort(np.concatenate([kept, inserted]), kind="stable")
-    if len(keys) == 0 or lo >= len(keys):
-        return None, None, 0
-    start, stop = keys[lo], keys[min(lo + MAX_ROWS_PER_GROUP, len(keys)) - 1]
-    first = None if lo == 0 else int(start // 2)
-    last = None if stop == tail else int(stop // 2)
-    skip = 0 if first is None else lo - int(np.searchsorted(keys, 2 * first, "left"))
-    return first, last, skip
 
 
 def _nearest_patients(per: dict[Any, list[int]], own: list[int], rng: np.random.Generator) -> list[Any]:

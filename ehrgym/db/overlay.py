@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
+import numpy as np
 
 from ehrgym.db.schema import EXPOSED_SCHEMAS, TableSpec, mimic_schema, table_spec
 from ehrgym.errors import OverlayError
@@ -366,6 +367,25 @@ def bounded_view_sql(spec: TableSpec, base: str, edit: TableEdit | None, first: 
     None: with those appended at the end). The rowid bounds are pushed into the base scans, so a slice of a large
     table is read without scanning the rest."""
     return _view_sql(spec, base, edit, (first, last))
+
+
+def scan_slice(kept: np.ndarray, edit: TableEdit | None, start: int, size: int) -> tuple[int | None, int | None, int]:
+    """Where served rows ``start`` to ``start + size`` of a set of rows lie, as the bounds ``(first, last)`` of
+    :func:`bounded_view_sql` holding them and how many of the set's rows that slice serves before them. ``kept``: the
+    sorted base rowids of the set's rows the edit keeps; every row the edit inserts belongs to the set. The order is
+    the view's: a base row's key is 2·rowid, an inserted row's 2·anchor + 1 (appended rows last), sorted stably in
+    insertion order."""
+    anchors = np.array(edit.insert_after if edit is not None else (), dtype=np.int64)
+    tail = np.iinfo(np.int64).max
+    keys = np.sort(np.concatenate([kept.astype(np.int64) * 2, np.where(anchors == END, tail, anchors * 2 + 1)]),
+                   kind="stable")
+    if len(keys) == 0 or start >= len(keys):
+        return None, None, 0
+    head, stop = keys[start], keys[min(start + size, len(keys)) - 1]
+    first = None if start == 0 else int(head // 2)
+    last = None if stop == tail else int(stop // 2)
+    skip = 0 if first is None else start - int(np.searchsorted(keys, 2 * first, "left"))
+    return first, last, skip
 
 
 class OverlaySession:
