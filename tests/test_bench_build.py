@@ -234,6 +234,32 @@ def test_a_template_gives_the_same_pairs_in_whichever_worker_claims_it(synth_db,
         assert made["stats"].discarded_by_subtype == alone[tid]["stats"].discarded_by_subtype
 
 
+def test_candidates_are_drawn_from_the_clean_database_whatever_pair_was_verified_last(synth_db):
+    """The samplers read the verifier's overlaid views: a draw made after a pair's noise or background was applied
+    there (a test drafting pairs template by template, a draw for a late re-plan) must still see the clean rows."""
+    from ehrgym.bench.builder import Builder
+    from ehrgym.db.overlay import Overlay, TableEdit
+
+    template = next(t for t in all_templates() if t.id == "labs.change_first_last")
+    fresh = Builder(synth_db, CONFIGS["small"], 5, progress=False, templates=[template])
+    try:
+        fresh._draw(template, 30)
+        expected = [sorted(c.params.items()) for c in fresh.candidates[template.id]]
+    finally:
+        fresh.close()
+    assert len(expected) >= 10
+    drafted = Builder(synth_db, CONFIGS["small"], 5, progress=False, templates=[template])
+    try:
+        # half of labevents gone from the overlaid views, as a heavy noise overlay would leave them
+        rowids = tuple(r[0] for r in drafted.verifier.clean_con.execute(
+            "SELECT rowid FROM mimiciv_hosp.labevents WHERE rowid % 2 = 0 ORDER BY rowid").fetchall())
+        drafted.verifier.use(Overlay((TableEdit("labevents", rowids),)))
+        drafted._draw(template, 30)
+        assert [sorted(c.params.items()) for c in drafted.candidates[template.id]] == expected
+    finally:
+        drafted.close()
+
+
 def test_benchmark_api(small):
     bench = load_benchmark(small.out)
     t = bench.tasks[0]

@@ -199,6 +199,8 @@ class Builder:
         """Draw candidates until ``need`` are eligible (real data has naturally noisy entities)."""
         cap = self.config.max_candidates
         n = int(min(max(need, self.config.min_candidates), cap))
+        # the samplers run on the overlaid connection: whatever pair was verified last must not choose the entities
+        self.verifier.clean()
         while True:
             with _Clock(self.stats, "sampling"):
                 cands = sample_candidates(self.verifier.con, t, n, self.seed)
