@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ehrgym.bench.background import COPYABLE, TABLES
+from ehrgym.bench.background import COPYABLE, TABLES, BackgroundMaker
 from ehrgym.bench.build import build_benchmark
-from ehrgym.bench.locality import reads_only_patient
+from ehrgym.bench.locality import reads_only_patient, row_filters
 from ehrgym.bench.task import load_tasks_jsonl
 from ehrgym.bench.verify import PairVerifier
 from ehrgym.db.overlay import Overlay, TableEdit, fetch_rows
@@ -109,3 +109,78 @@ def test_a_proven_query_gives_the_same_rows_when_other_patients_rows_change(buil
     finally:
         verifier.close()
     assert proven >= 25  # most patient questions' SQL is proven local
+
+
+@pytest.mark.parametrize(("sql", "expected"), [
+    (f"SELECT count(DISTINCT subject_id) FROM {LAB} WHERE itemid = 50912 AND valuenum > 2",
+     {"labevents": [("labevents", "(itemid = 50912) AND (valuenum > 2)")]}),
+    # an inner join's ON filters both sides; a condition over two sources filters neither on its own
+    (f"SELECT count(*) FROM {LAB} l JOIN mimiciv_hosp.admissions a ON a.hadm_id = l.hadm_id AND l.itemid = 1 "
+     "WHERE a.admission_type = 'URGENT' AND l.valuenum > a.hadm_id",
+     {"labevents": [("l", "(l.itemid = 1)")], "admissions": [("a", "(a.admission_type = 'URGENT')")]}),
+    # a LEFT join's null-extended side: only its own ON (its rows failing WHERE still decide which rows are null)
+    (f"SELECT count(*) FROM mimiciv_icu.icustays s LEFT JOIN {LAB} e ON e.hadm_id = s.hadm_id AND e.itemid = 5 "
+     "WHERE e.valuenum IS NULL AND s.los > 1",
+     {"icustays": [("s", "(s.los > 1)")], "labevents": [("e", "(e.itemid = 5)")]}),
+    # an ANTI join's ON filters nothing of its left side
+    (f"SELECT count(*) FROM mimiciv_icu.icustays s ANTI JOIN {LAB} e ON e.hadm_id = s.hadm_id AND s.los > 1 "
+     "AND e.itemid = 5", {"icustays": [("s", "TRUE")], "labevents": [("e", "(e.itemid = 5)")]}),
+    # a correlated reference to the outer query is not the inner table's own condition
+    (f"SELECT count(*) FROM mimiciv_hosp.admissions a WHERE EXISTS (SELECT 1 FROM {LAB} WHERE hadm_id = a.hadm_id "
+     "AND itemid = 7)", {"admissions": [("a", "TRUE")], "labevents": [("labevents", "(itemid = 7)")]}),
+    ("SELECT count(*) FROM mimiciv_hosp.d_labitems", {}),
+    # a concept's items as an inner-joined VALUES list filter through its rows
+    ("SELECT avg(e.valuenum) FROM mimiciv_icu.chartevents e JOIN (VALUES ('hr', 220045), ('rr', 220210)) "
+     "cpt(concept, itemid) ON cpt.itemid = e.itemid WHERE cpt.concept = 'hr' AND e.valuenum > 0",
+     {"chartevents": [("e", "(e.valuenum > 0) AND EXISTS (SELECT 1 FROM (VALUES ('hr', 220045), ('rr', 220210)) AS "
+                            "cpt(concept, itemid) WHERE (cpt.concept = 'hr') AND (cpt.itemid = e.itemid))")]}),
+    # … not a LEFT-joined one
+    ("SELECT count(*) FROM mimiciv_icu.chartevents e LEFT JOIN (VALUES (220045)) cpt(itemid) ON cpt.itemid = e.itemid",
+     {"chartevents": [("e", "TRUE")]}),
+])
+def test_row_filters_name_the_rows_each_read_can_see(sql, expected):
+    assert row_filters(sql, TABLES) == expected
+
+
+@pytest.mark.parametrize("sql", [
+    f"SELECT valuenum FROM {LAB} WHERE itemid = 1 ORDER BY charttime LIMIT 1",  # tied rows' order
+    f"SELECT labevent_id FROM {LAB} WHERE itemid = 1",  # renumbered by a background
+    f"SELECT * FROM {LAB} WHERE itemid = 1",
+    f"SELECT count(*) FROM mimiciv_icu.icustays s RIGHT JOIN {LAB} e ON e.hadm_id = s.hadm_id",
+    f"SELECT count(*) FROM mimiciv_icu.icustays s ASOF JOIN {LAB} e ON e.charttime >= s.intime",
+    f"SELECT count(*) FROM mimiciv_icu.icustays s POSITIONAL JOIN {LAB} e",
+    "SELEC nonsense",
+])
+def test_row_filters_refuse_what_they_cannot_show(sql):
+    assert row_filters(sql, TABLES) is None
+
+
+def test_a_query_reading_none_of_a_backgrounds_rows_gives_the_same_rows_with_it(built, synth_db):
+    """On a real build: every check the background maker skips (its SQL reads none of the rows a drawn background
+    deletes or stores) gives, run again, the rows it gave without the background; and the proof skips some."""
+    verifier = PairVerifier(synth_db)
+    maker = BackgroundMaker(verifier)
+    rng = np.random.default_rng(0)
+    skipped = ran = 0
+    try:
+        for t in built[:160]:
+            noise = t.noise.overlay if t.noise else Overlay()
+            filters = row_filters(t.gold_sql, TABLES)
+            if filters is None:
+                continue
+            tables = sorted(set(t.meta["tables"]) & set(TABLES))
+            subjects = {int(s) for s in t.meta.get("subject_ids", [])}
+            for _ in range(3):
+                background = maker.draw(rng, tables, subjects, noise, scale=float(rng.choice([0.05, 1.0])))
+                if background.is_empty:
+                    continue
+                if maker.reads_none(background, filters, {}):
+                    served = Overlay(background.edits + noise.edits)
+                    # repr: NaN equal to NaN, every float to its last bit
+                    assert repr(verifier.rows(t.gold_sql, served)) == repr(verifier.rows(t.gold_sql, noise)), t.task_id
+                    skipped += 1
+                else:
+                    ran += 1
+    finally:
+        verifier.close()
+    assert skipped >= 20 and ran >= 20

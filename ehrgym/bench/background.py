@@ -13,7 +13,8 @@ fingerprint says nothing about the variant.
 A background must not change any answer: the clean gold SQL on the clean twin, and the naive and the
 robust SQL on the noisy twin, must give the answer they give without it (checked here, on the
 verifier's connection; a patient question's query proven to read only its patient's rows of the edited tables,
-:mod:`ehrgym.bench.locality`, cannot change and is not run again). The first draw also edits other patients' rows of the question's own items
+or any query proven to read none of the rows the background deletes or stores, :mod:`ehrgym.bench.locality`,
+cannot change and is not run again). The first draw also edits other patients' rows of the question's own items
 (of the rows its noise edits; a population question's cohort is spared): the
 noise always changes that item, so a fingerprint per item (``count(*) GROUP BY itemid``) must see
 backgrounds change it too. When the draws fail (a population question that counts the rows drawn; the
@@ -26,11 +27,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import duckdb
 import numpy as np
 
 from ehrgym.bench.answers import AnswerSpec, gold_from_rows
-from ehrgym.bench.locality import reads_only_patient
-from ehrgym.db.overlay import Overlay, TableEdit, fetch_rows
+from ehrgym.bench.locality import reads_only_patient, row_filters
+from ehrgym.db.overlay import Overlay, TableEdit, changed_rows_sql, fetch_rows
+from ehrgym.db.schema import table_spec
 
 # table -> its id column when the base numbers it 1, 2, 3 … in scan order (re-stored copies then take their
 # original's id and the view renumbers the rest), "" for tables with no row id (copies need none); tables whose
@@ -272,6 +275,7 @@ class BackgroundMaker:
         for sql, overlay, rows in checks:  # the same query on the same data is checked once
             if patient_ids is None or not reads_only_patient(sql, TABLES, patient_ids):
                 unique.setdefault((sql, 0 if overlay.is_empty else id(overlay)), (overlay, rows))
+        filters = {sql: row_filters(sql, TABLES) for sql, _ in unique}
         items, cohort = self.focus(noise, cohort_sql)
         for focused, scale in DRAWS if tables else ():
             if focused and not items:
@@ -280,7 +284,9 @@ class BackgroundMaker:
                                    items=items if focused else None)
             if background.is_empty:
                 continue
-            if all(same_answer(self.verifier.rows(sql, _plus(background, overlay)), rows, spec)
+            met: dict[tuple[str, str, str], bool] = {}
+            if all(self.reads_none(background, filters[sql], met)
+                   or same_answer(self.verifier.rows(sql, _plus(background, overlay)), rows, spec)
                    for (sql, _), (overlay, rows) in unique.items()):
                 return background, "verified_items" if focused else "verified"
         unread = [t for t in DELETABLE if t not in reads]
@@ -288,6 +294,37 @@ class BackgroundMaker:
             return Overlay(), "none"
         picked = sorted({unread[int(i)] for i in rng.integers(0, len(unread), size=2)})
         return self.draw(rng, picked, subjects, noise, copies=False), "unread_tables"
+
+
+    def reads_none(self, background: Overlay, filters: dict[str, list[tuple[str, str]]] | None,
+                   met: dict[tuple[str, str, str], bool]) -> bool:
+        """Whether a query whose reads are ``filters`` (:func:`~ehrgym.bench.locality.row_filters`) reads none of
+        the rows ``background`` deletes or stores: its result is then the same with the background and it need
+        not run again. ``met`` memoises, per (table, alias, condition), whether a changed row meets it."""
+        if filters is None:
+            return False
+        for table, edit in background.merged().items():
+            for alias, condition in filters.get(table, ()):
+                key = (table, alias, condition)
+                if key not in met:
+                    met[key] = self._meets(table, edit, alias, condition)
+                if met[key]:
+                    return False
+        return True
+
+    def _meets(self, table: str, edit: TableEdit, alias: str, condition: str) -> bool:
+        """Whether a row ``edit`` deletes or stores meets ``condition`` (read as ``alias``'s); True when unknown."""
+        changed = changed_rows_sql(table_spec(table), "base", edit)
+        if changed is None:
+            return False
+        if condition == "TRUE":
+            return True
+        try:
+            got = self.verifier.clean_con.execute(
+                f'SELECT count(*) FROM ({changed}) AS "{alias}" WHERE {condition}').fetchone()
+        except duckdb.Error:
+            return True
+        return got is None or int(got[0]) > 0
 
 
 def same_answer(a: list[tuple[Any, ...]], b: list[tuple[Any, ...]], spec: AnswerSpec) -> bool:

@@ -1,4 +1,4 @@
-"""Proof that a query reads only one patient's rows of the tables a background edits.
+"""Proofs that a query reads none of the rows a background edits, so that its result cannot change with it.
 
 A pair's background (:mod:`ehrgym.bench.background`) deletes and re-stores rows of *other* patients. A query
 whose every read of such a table is restricted to the question's own patient — an equality of the row's
@@ -13,6 +13,13 @@ sum and avg — see ``ORDERED``), a dense row id (the background renumbers ``lab
 ``*`` over a table with such an id, or SQL sqlglot cannot parse — any of these and the query is not proven
 local. It relies on one fact of MIMIC-IV: an admission or stay id names one patient's admission or stay, and
 every row of the edited tables carries its patient's ``subject_id``.
+
+:func:`row_filters` proves it for any question, from the rows a background actually changes: it names, for every
+read of an edited table, the condition a row must meet to be read there at all (the scope's WHERE and inner joins'
+ON terms over that table's columns alone, and those linking it to an inner-joined ``VALUES`` list of a concept's
+items); the background maker then counts the deleted and stored rows that meet one
+(:meth:`ehrgym.bench.background.BackgroundMaker.reads_none`). The same refusals apply (order-dependent SQL, dense
+row ids, RIGHT/FULL/ASOF/POSITIONAL joins, a read that is not a direct FROM/JOIN source).
 """
 
 from __future__ import annotations
@@ -47,19 +54,12 @@ def reads_only_patient(sql: str, tables: Iterable[str], ids: Mapping[str, Iterab
         return False
     if not isinstance(tree, exp.Query):
         return False
-    if any(True for _ in tree.find_all(*ORDERED)) or any(
-            isinstance(f, exp.AggFunc) and not isinstance(f, EXACT_AGGREGATES) for f in tree.find_all(exp.Func)):
+    if not _order_free(tree) or not _no_dense_ids(tree):
         return False
     allowed = {k: {int(v) for v in ids.get(k, ())} for k in KEYS}
     edited = {t.lower() for t in tables}
     ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
-    base = [t for t in tree.find_all(exp.Table) if t.name.lower() not in ctes]
-    if any(t.name.lower() in DENSE_TABLES for t in base):
-        if any(isinstance(star.parent, (exp.Select, exp.Column)) for star in tree.find_all(exp.Star)):
-            return False  # a projected * carries the renumbered id (count(*) does not)
-        if any(c.name.lower() in DENSE_IDS for c in tree.find_all(exp.Column)):
-            return False
-    for table in base:
+    for table in (t for t in tree.find_all(exp.Table) if t.name.lower() not in ctes):
         if table.name.lower() in edited and not _restricted(table, allowed):
             return False
     return True
@@ -92,17 +92,15 @@ def _restricted(table: exp.Table, allowed: dict[str, set[int]]) -> bool:
     if me is None:  # not a direct source of its SELECT (a table function's argument, …): not shown
         return False
     joins = select.args.get("joins") or []
-    if any((j.side or "").upper() in ("RIGHT", "FULL") for j in joins):
+    if any(_join_kind(j) is None for j in joins):
         return False  # which side a RIGHT/FULL join preserves is not worth proving here
-    # what filters rows of the scope's inner part: WHERE and inner joins' ON; a LEFT join's ON filters only the
-    # joined (right) table's rows, so it counts for that table alone
+    # what filters rows of the scope's inner part: WHERE and inner joins' ON; a LEFT (SEMI, ANTI) join's ON filters
+    # only the joined (right) table's rows, so it counts for that table alone
     where = select.args.get("where")
     conds = _conjuncts(where.this if where is not None else None)
     for join in joins:
         alias = join.this.alias_or_name.lower()
-        if (join.side or "").upper() == "":
-            conds += _conjuncts(join.args.get("on"))
-        elif alias == me:
+        if _join_kind(join) == "inner" or alias == me:
             conds += _conjuncts(join.args.get("on"))
     only = sources[0][0] if len(sources) == 1 else None
     parent: dict[Key, Key] = {}
@@ -157,3 +155,137 @@ def _restricted(table: exp.Table, allowed: dict[str, set[int]]) -> bool:
                     changed = True
                     break
     return me in restricted
+
+
+def row_filters(sql: str, tables: Iterable[str]) -> dict[str, list[tuple[str, str]]] | None:
+    """Every read of ``tables`` in ``sql``: table -> [(alias, condition)], the condition (DuckDB SQL over the
+    alias's own columns, ``TRUE`` where none is known) that a row of the table must meet to be read there at all.
+    A row meeting none of its table's conditions is never read: deleting it, or storing a copy of it, leaves the
+    query's result as it is. None when that cannot be shown (see :func:`reads_only_patient`: order-dependent SQL,
+    a dense row id, a RIGHT/FULL join, a read that is not a direct FROM/JOIN source, SQL sqlglot cannot parse)."""
+    from ehrgym.db.schema import table_spec
+
+    try:
+        tree = sqlglot.parse_one(sql, read="duckdb")
+    except sqlglot.errors.SqlglotError:
+        return None
+    if not isinstance(tree, exp.Query) or not _order_free(tree) or not _no_dense_ids(tree):
+        return None
+    edited = {t.lower() for t in tables}
+    ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+    out: dict[str, list[tuple[str, str]]] = {}
+    for table in tree.find_all(exp.Table):
+        name = table.name.lower()
+        if name in ctes or name not in edited:
+            continue
+        select = table.find_ancestor(exp.Select)
+        if select is None:
+            return None
+        sources = _sources(select)
+        me = next((alias for alias, node, _ in sources if node is table), None)
+        if me is None:
+            return None
+        joins = select.args.get("joins") or []
+        if any(_join_kind(j) is None for j in joins):
+            return None
+        joined = next((j for j in joins if j.this is table), None)
+        own_only = joined is not None and _join_kind(joined) == "own"
+        # a row is read only where every condition that filters rows of this source holds: WHERE and inner joins'
+        # ON; a LEFT (SEMI, ANTI) join's own ON alone for the table it joins (its rows failing WHERE may still
+        # leave a null-extended row, or none, behind)
+        where = select.args.get("where")
+        conds = [] if own_only else _conjuncts(where.this if where is not None else None)
+        for join in joins:
+            if (_join_kind(join) == "inner" and not own_only) or join is joined:
+                conds += _conjuncts(join.args.get("on"))
+        try:
+            columns = {c.name.lower() for c in table_spec(name).columns}
+        except Exception:  # noqa: BLE001 — a table the schema does not know: no condition is its own
+            columns = set()
+        own = [c for c in conds if _reads_only(c, me, columns, single=len(sources) == 1)]
+        terms = [f"({c.sql(dialect='duckdb')})" for c in own]
+        # an inner-joined VALUES list (a concept's items) filters through its rows: the conditions over this
+        # source and such lists alone hold for some row of the lists
+        lists = {alias: node for alias, node, _ in sources if isinstance(node, exp.Values) and (
+            node is sources[0][1] or (isinstance(node.parent, exp.Join) and _join_kind(node.parent) == "inner"))}
+        linked = [(c, used) for c in conds if c not in own and (used := _list_reads(c, me, columns, lists))]
+        if any(me in used for _, used in linked):
+            names = {a for _, used in linked for a in used} - {me}
+            where = " AND ".join(f"({c.sql(dialect='duckdb')})" for c, used in linked if used <= names | {me})
+            froms = ", ".join(lists[a].sql(dialect="duckdb") for a in sorted(names))
+            terms.append(f"EXISTS (SELECT 1 FROM {froms} WHERE {where})")
+        out.setdefault(name, []).append((me, " AND ".join(terms) or "TRUE"))
+    return out
+
+
+def _join_kind(join: exp.Join) -> str | None:
+    """"inner" (its ON filters the rows of every source), "own" (its ON filters only the joined table's rows: LEFT,
+    SEMI, ANTI) or None (RIGHT, FULL, ASOF, POSITIONAL and anything else: not proven here)."""
+    side, kind = (join.args.get("side") or "").upper(), (join.args.get("kind") or "").upper()
+    method = (join.args.get("method") or "").upper()
+    if side in ("RIGHT", "FULL") or method in ("ASOF", "POSITIONAL"):
+        return None
+    if side == "LEFT" or kind in ("SEMI", "ANTI"):
+        return "own"
+    return "inner" if side == "" and kind in ("", "INNER", "CROSS") else None
+
+
+def _order_free(tree: Any) -> bool:
+    """No construct whose result depends on how tied rows are ordered (``ORDERED``, inexact aggregates)."""
+    return not any(True for _ in tree.find_all(*ORDERED)) and not any(
+        isinstance(f, exp.AggFunc) and not isinstance(f, EXACT_AGGREGATES) for f in tree.find_all(exp.Func))
+
+
+def _no_dense_ids(tree: Any) -> bool:
+    """No read of a dense row id a background renumbers: neither the column nor a projected ``*`` over its table
+    (``count(*)`` reads none)."""
+    ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+    if any(t.name.lower() in DENSE_TABLES for t in tree.find_all(exp.Table) if t.name.lower() not in ctes):
+        if any(isinstance(star.parent, (exp.Select, exp.Column)) for star in tree.find_all(exp.Star)):
+            return False
+        if any(c.name.lower() in DENSE_IDS for c in tree.find_all(exp.Column)):
+            return False
+    return True
+
+
+def _list_reads(cond: exp.Expression, alias: str, columns: set[str], lists: dict[str, exp.Values]) -> set[str]:
+    """The sources ``cond`` reads when it reads only ``alias``'s own columns and the columns of the VALUES lists
+    ``lists`` (alias -> list), at least one list's; empty otherwise."""
+    if not lists or any(True for _ in cond.find_all(exp.Select, exp.Subquery, exp.Placeholder, exp.Parameter)):
+        return set()
+    used: set[str] = set()
+    for col in cond.find_all(exp.Column):
+        table = col.table.lower() if col.table else ""
+        if col.args.get("db") or col.args.get("catalog") or not table:
+            return set()
+        if table == alias and col.name.lower() in columns:
+            used.add(alias)
+        elif table in lists and col.name.lower() in {c.name.lower() for c in _list_columns(lists[table])}:
+            used.add(table)
+        else:
+            return set()
+    return used if used - {alias} else set()
+
+
+def _list_columns(values: exp.Values) -> list[exp.Identifier]:
+    alias = values.args.get("alias")
+    return list(alias.columns) if alias is not None else []
+
+
+def _reads_only(cond: exp.Expression, alias: str, columns: set[str], single: bool) -> bool:
+    """Whether ``cond`` is a plain row condition on ``alias``'s columns alone: no subquery, every column qualified
+    by the alias (or, in a scope of one source, unqualified and one of the table's own columns)."""
+    if any(True for _ in cond.find_all(exp.Select, exp.Subquery, exp.Placeholder, exp.Parameter)):
+        return False
+    cols = list(cond.find_all(exp.Column))
+    if not cols:
+        return False
+    for col in cols:
+        if col.args.get("db") or col.args.get("catalog"):
+            return False
+        if col.table:
+            if col.table.lower() != alias or col.name.lower() not in columns:
+                return False
+        elif not (single and col.name.lower() in columns):
+            return False
+    return True

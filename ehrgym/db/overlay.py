@@ -351,6 +351,19 @@ def _view_sql(spec: TableSpec, base: str, edit: TableEdit | None,
     return "\nUNION ALL ".join(parts)
 
 
+def changed_rows_sql(spec: TableSpec, base: str, edit: TableEdit) -> str | None:
+    """The rows ``edit`` takes out of or adds to ``spec``'s table, with the table's columns: the deleted base rows
+    as the base stores them, the inserted ones as the view serves them (a dense id aside, which the view
+    renumbers); None when it changes no row."""
+    parts = []
+    if edit.delete_rowids:
+        parts.append(f"SELECT * FROM {base}.{spec.qualified} WHERE rowid IN "
+                     f"({', '.join(str(r) for r in sorted(set(edit.delete_rowids)))})")
+    if edit.insert_rows:
+        parts.append(_rows_sql(spec, [(0, 0, row) for row in edit.insert_rows], False))
+    return "\nUNION ALL ".join(parts) or None
+
+
 def _anchored_within(anchor: int, first: int | None, last: int | None) -> bool:
     """Whether a row inserted after ``anchor`` is served among the base rows of rowids in [first, last] (None:
     unbounded): a row before the first base row only from the top, a row after the last only to the end."""
