@@ -137,6 +137,19 @@ def test_a_proven_query_gives_the_same_rows_when_other_patients_rows_change(buil
     # … not a LEFT-joined one
     ("SELECT count(*) FROM mimiciv_icu.chartevents e LEFT JOIN (VALUES (220045)) cpt(itemid) ON cpt.itemid = e.itemid",
      {"chartevents": [("e", "TRUE")]}),
+    # a robust relation's plain filter: the outer query's conditions on it are on the table's rows (a * there carries
+    # the renumbered id nowhere the query reads it)
+    (f"SELECT count(*) FROM (SELECT * FROM {LAB} WHERE valuenum IS NULL OR valuenum < 3) e "
+     "WHERE e.itemid = 5 AND valuenum > 1",
+     {"labevents": [("labevents", "(valuenum IS NULL OR valuenum < 3) AND (labevents.itemid = 5) AND (valuenum > 1)")]}),
+    (f"SELECT count(*) FROM mimiciv_hosp.admissions a LEFT JOIN (SELECT * FROM {LAB} WHERE valuenum < 3) e "
+     "ON e.hadm_id = a.hadm_id AND e.itemid = 5 WHERE e.valuenum IS NULL",
+     {"admissions": [("a", "TRUE")], "labevents": [("labevents", "(valuenum < 3) AND (labevents.itemid = 5)")]}),
+    # … not through DISTINCT (or grouping, a limit …), nor a column the filter does not pass on
+    (f"SELECT count(*) FROM (SELECT DISTINCT * FROM {LAB} WHERE valuenum < 3) e WHERE e.itemid = 5",
+     {"labevents": [("labevents", "(valuenum < 3)")]}),
+    (f"SELECT count(*) FROM (SELECT subject_id, itemid FROM {LAB}) e WHERE e.itemid = 5 AND e.valuenum > 3",
+     {"labevents": [("labevents", "(labevents.itemid = 5)")]}),
 ])
 def test_row_filters_name_the_rows_each_read_can_see(sql, expected):
     assert row_filters(sql, TABLES) == expected
@@ -146,6 +159,9 @@ def test_row_filters_name_the_rows_each_read_can_see(sql, expected):
     f"SELECT valuenum FROM {LAB} WHERE itemid = 1 ORDER BY charttime LIMIT 1",  # tied rows' order
     f"SELECT labevent_id FROM {LAB} WHERE itemid = 1",  # renumbered by a background
     f"SELECT * FROM {LAB} WHERE itemid = 1",
+    f"SELECT e.* FROM (SELECT * FROM {LAB}) e WHERE e.itemid = 1",  # the id carried to the result
+    f"SELECT e FROM (SELECT * FROM {LAB}) e WHERE e.itemid = 1",  # a whole row, id and all
+    f"SELECT hash(*) FROM {LAB} WHERE itemid = 1",
     f"SELECT count(*) FROM mimiciv_icu.icustays s RIGHT JOIN {LAB} e ON e.hadm_id = s.hadm_id",
     f"SELECT count(*) FROM mimiciv_icu.icustays s ASOF JOIN {LAB} e ON e.charttime >= s.intime",
     f"SELECT count(*) FROM mimiciv_icu.icustays s POSITIONAL JOIN {LAB} e",

@@ -178,44 +178,94 @@ def row_filters(sql: str, tables: Iterable[str]) -> dict[str, list[tuple[str, st
         name = table.name.lower()
         if name in ctes or name not in edited:
             continue
-        select = table.find_ancestor(exp.Select)
-        if select is None:
-            return None
-        sources = _sources(select)
-        me = next((alias for alias, node, _ in sources if node is table), None)
-        if me is None:
-            return None
-        joins = select.args.get("joins") or []
-        if any(_join_kind(j) is None for j in joins):
-            return None
-        joined = next((j for j in joins if j.this is table), None)
-        own_only = joined is not None and _join_kind(joined) == "own"
-        # a row is read only where every condition that filters rows of this source holds: WHERE and inner joins'
-        # ON; a LEFT (SEMI, ANTI) join's own ON alone for the table it joins (its rows failing WHERE may still
-        # leave a null-extended row, or none, behind)
-        where = select.args.get("where")
-        conds = [] if own_only else _conjuncts(where.this if where is not None else None)
-        for join in joins:
-            if (_join_kind(join) == "inner" and not own_only) or join is joined:
-                conds += _conjuncts(join.args.get("on"))
         try:
             columns = {c.name.lower() for c in table_spec(name).columns}
         except Exception:  # noqa: BLE001 — a table the schema does not know: no condition is its own
             columns = set()
-        own = [c for c in conds if _reads_only(c, me, columns, single=len(sources) == 1)]
-        terms = [f"({c.sql(dialect='duckdb')})" for c in own]
-        # an inner-joined VALUES list (a concept's items) filters through its rows: the conditions over this
-        # source and such lists alone hold for some row of the lists
-        lists = {alias: node for alias, node, _ in sources if isinstance(node, exp.Values) and (
-            node is sources[0][1] or (isinstance(node.parent, exp.Join) and _join_kind(node.parent) == "inner"))}
-        linked = [(c, used) for c in conds if c not in own and (used := _list_reads(c, me, columns, lists))]
-        if any(me in used for _, used in linked):
-            names = {a for _, used in linked for a in used} - {me}
-            where = " AND ".join(f"({c.sql(dialect='duckdb')})" for c, used in linked if used <= names | {me})
-            froms = ", ".join(lists[a].sql(dialect="duckdb") for a in sorted(names))
-            terms.append(f"EXISTS (SELECT 1 FROM {froms} WHERE {where})")
+        select = table.find_ancestor(exp.Select)
+        me = _alias_in(select, table) if select is not None else None
+        if select is None or me is None:
+            return None
+        terms = _scope_terms(select, table, me, columns, me)
+        if terms is None:
+            return None
+        # a plain filter of the table in a derived table (``(SELECT * FROM t WHERE …) e``): the outer query's
+        # conditions on ``e`` are conditions on the same rows
+        node: Any = select
+        while _plain_filter(node) and isinstance(node.parent, exp.Subquery):
+            derived = node.parent
+            outer = derived.find_ancestor(exp.Select)
+            alias = _alias_in(outer, derived) if outer is not None else None
+            if outer is None or alias is None:
+                break
+            columns = _projected(node, columns)
+            more = _scope_terms(outer, derived, alias, columns, me)
+            if more is None:
+                return None
+            terms += more
+            node = outer
         out.setdefault(name, []).append((me, " AND ".join(terms) or "TRUE"))
     return out
+
+
+def _alias_in(select: Any, node: Any) -> str | None:
+    """The alias of ``node`` as a direct FROM/JOIN source of ``select`` (None when it is not one)."""
+    return next((alias for alias, source, _ in _sources(select) if source is node), None)
+
+
+def _plain_filter(select: Any) -> bool:
+    """``SELECT *`` or plain columns of one source, filtered by WHERE only: its rows are the source's rows."""
+    if not isinstance(select, exp.Select) or select.args.get("joins") or len(_sources(select)) != 1:
+        return False
+    if any(select.args.get(k) for k in ("group", "having", "distinct", "qualify", "limit", "order", "windows")):
+        return False
+    return all(isinstance(e, exp.Star) or (isinstance(e, exp.Column) and not isinstance(e.this, exp.Star))
+               for e in select.expressions)
+
+
+def _projected(select: exp.Select, columns: set[str]) -> set[str]:
+    """The columns a plain filter passes on (all of ``columns`` under ``*``)."""
+    if any(isinstance(e, exp.Star) for e in select.expressions):
+        return set(columns)
+    return {e.name.lower() for e in select.expressions if isinstance(e, exp.Column)} & columns
+
+
+def _scope_terms(select: exp.Select, node: Any, me: str, columns: set[str], out_alias: str) -> list[str] | None:
+    """The conditions ``select`` puts on the rows of its source ``node`` (alias ``me``, columns ``columns``), as
+    SQL over ``out_alias``; None when a join of the scope is not proven (:func:`_join_kind`)."""
+    sources = _sources(select)
+    joins = select.args.get("joins") or []
+    if any(_join_kind(j) is None for j in joins):
+        return None
+    joined = next((j for j in joins if j.this is node), None)
+    own_only = joined is not None and _join_kind(joined) == "own"
+    # a row is read only where every condition that filters rows of this source holds: WHERE and inner joins'
+    # ON; a LEFT (SEMI, ANTI) join's own ON alone for the table it joins (its rows failing WHERE may still
+    # leave a null-extended row, or none, behind)
+    where = select.args.get("where")
+    conds = [] if own_only else _conjuncts(where.this if where is not None else None)
+    for join in joins:
+        if (_join_kind(join) == "inner" and not own_only) or join is joined:
+            conds += _conjuncts(join.args.get("on"))
+
+    def text(cond: exp.Expression) -> str:
+        if out_alias != me:
+            cond = cond.transform(lambda n: exp.column(n.name, table=out_alias)
+                                  if isinstance(n, exp.Column) and (n.table or "").lower() == me else n)
+        return f"({cond.sql(dialect='duckdb')})"
+    own = [c for c in conds if _reads_only(c, me, columns, single=len(sources) == 1)]
+    terms = [text(c) for c in own]
+    # an inner-joined VALUES list (a concept's items) filters through its rows: the conditions over this
+    # source and such lists alone hold for some row of the lists
+    lists = {alias: source for alias, source, _ in sources if isinstance(source, exp.Values) and (
+        source is sources[0][1] or (isinstance(source.parent, exp.Join) and _join_kind(source.parent) == "inner"))}
+    linked = [(c, used) for c in conds if c not in own and (used := _list_reads(c, me, columns, lists))]
+    if any(me in used for _, used in linked):
+        names = {a for _, used in linked for a in used} - {me}
+        inner = " AND ".join(text(c) for c, used in linked if used <= names | {me})
+        froms = ", ".join(lists[a].sql(dialect="duckdb") for a in sorted(names))
+        terms.append(f"EXISTS (SELECT 1 FROM {froms} WHERE {inner})")
+    return terms
 
 
 def _join_kind(join: exp.Join) -> str | None:
@@ -237,15 +287,58 @@ def _order_free(tree: Any) -> bool:
 
 
 def _no_dense_ids(tree: Any) -> bool:
-    """No read of a dense row id a background renumbers: neither the column nor a projected ``*`` over its table
-    (``count(*)`` reads none)."""
-    ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
-    if any(t.name.lower() in DENSE_TABLES for t in tree.find_all(exp.Table) if t.name.lower() not in ctes):
-        if any(isinstance(star.parent, (exp.Select, exp.Column)) for star in tree.find_all(exp.Star)):
+    """No read of a dense row id a background renumbers: not the column by name, not a ``*`` that carries it to the
+    query's result (a ``*`` over a dense table, or over a derived table or CTE whose own ``*`` carries it), not a
+    table alias read as a whole row. A ``*`` of an inner query that the outer one reads column by column carries
+    the id nowhere (``count(*)`` reads none): within it the renumbering only relabels the same rows one to one."""
+    ctes = {cte.alias_or_name.lower(): cte.this for cte in tree.find_all(exp.CTE)}
+    if not any(t.name.lower() in DENSE_TABLES for t in tree.find_all(exp.Table) if t.name.lower() not in ctes):
+        return True
+    if any(c.name.lower() in DENSE_IDS for c in tree.find_all(exp.Column)):
+        return False
+    memo: dict[int, bool] = {}
+    carriers: set[str] = set()
+
+    def source_carries(node: Any) -> bool:
+        if isinstance(node, exp.Table):
+            name = node.name.lower()
+            return carries(ctes[name]) if name in ctes else name in DENSE_TABLES
+        if isinstance(node, exp.Subquery):
+            return carries(node.this)
+        return not isinstance(node, exp.Values)
+
+    def carries(query: Any) -> bool:
+        """Whether ``query``'s result has a column holding a dense id."""
+        if isinstance(query, exp.SetOperation):
+            return carries(query.left) or carries(query.right)
+        if isinstance(query, exp.Subquery):
+            return carries(query.this)
+        if not isinstance(query, exp.Select):
+            return True
+        if id(query) not in memo:
+            memo[id(query)] = False
+            sources = _sources(query)
+            carriers.update(alias for alias, node, _ in sources if source_carries(node))
+            found = False
+            for item in query.expressions:
+                star = item.this if isinstance(item, exp.Column) and isinstance(item.this, exp.Star) else item
+                if not isinstance(star, exp.Star):
+                    continue
+                over = item.table.lower() if isinstance(item, exp.Column) and item.table else None
+                found = found or any((over is None or alias == over) and source_carries(node)
+                                     for alias, node, _ in sources)
+            memo[id(query)] = found
+        return memo[id(query)]
+
+    if carries(tree):
+        return False
+    for star in tree.find_all(exp.Star):  # a * anywhere but a projection or count(*): not shown
+        item = star.parent if isinstance(star.parent, exp.Column) else star
+        if not isinstance(star.parent, exp.Count) and not isinstance(item.parent, exp.Select):
             return False
-        if any(c.name.lower() in DENSE_IDS for c in tree.find_all(exp.Column)):
-            return False
-    return True
+    for select in tree.find_all(exp.Select):
+        carries(select)
+    return not any(not c.table and c.name.lower() in carriers for c in tree.find_all(exp.Column))
 
 
 def _list_reads(cond: exp.Expression, alias: str, columns: set[str], lists: dict[str, exp.Values]) -> set[str]:
