@@ -113,43 +113,43 @@ def test_a_proven_query_gives_the_same_rows_when_other_patients_rows_change(buil
 
 @pytest.mark.parametrize(("sql", "expected"), [
     (f"SELECT count(DISTINCT subject_id) FROM {LAB} WHERE itemid = 50912 AND valuenum > 2",
-     {"labevents": [("labevents", "(itemid = 50912) AND (valuenum > 2)")]}),
+     {"labevents": ["(itemid = 50912) AND (valuenum > 2)"]}),
     # an inner join's ON filters both sides; a condition over two sources filters neither on its own
     (f"SELECT count(*) FROM {LAB} l JOIN mimiciv_hosp.admissions a ON a.hadm_id = l.hadm_id AND l.itemid = 1 "
      "WHERE a.admission_type = 'URGENT' AND l.valuenum > a.hadm_id",
-     {"labevents": [("l", "(l.itemid = 1)")], "admissions": [("a", "(a.admission_type = 'URGENT')")]}),
+     {"labevents": ["(__row.itemid = 1)"], "admissions": ["(__row.admission_type = 'URGENT')"]}),
     # a LEFT join's null-extended side: only its own ON (its rows failing WHERE still decide which rows are null)
     (f"SELECT count(*) FROM mimiciv_icu.icustays s LEFT JOIN {LAB} e ON e.hadm_id = s.hadm_id AND e.itemid = 5 "
      "WHERE e.valuenum IS NULL AND s.los > 1",
-     {"icustays": [("s", "(s.los > 1)")], "labevents": [("e", "(e.itemid = 5)")]}),
+     {"icustays": ["(__row.los > 1)"], "labevents": ["(__row.itemid = 5)"]}),
     # an ANTI join's ON filters nothing of its left side
     (f"SELECT count(*) FROM mimiciv_icu.icustays s ANTI JOIN {LAB} e ON e.hadm_id = s.hadm_id AND s.los > 1 "
-     "AND e.itemid = 5", {"icustays": [("s", "TRUE")], "labevents": [("e", "(e.itemid = 5)")]}),
+     "AND e.itemid = 5", {"icustays": ["TRUE"], "labevents": ["(__row.itemid = 5)"]}),
     # a correlated reference to the outer query is not the inner table's own condition
     (f"SELECT count(*) FROM mimiciv_hosp.admissions a WHERE EXISTS (SELECT 1 FROM {LAB} WHERE hadm_id = a.hadm_id "
-     "AND itemid = 7)", {"admissions": [("a", "TRUE")], "labevents": [("labevents", "(itemid = 7)")]}),
+     "AND itemid = 7)", {"admissions": ["TRUE"], "labevents": ["(itemid = 7)"]}),
     ("SELECT count(*) FROM mimiciv_hosp.d_labitems", {}),
     # a concept's items as an inner-joined VALUES list filter through its rows
     ("SELECT avg(e.valuenum) FROM mimiciv_icu.chartevents e JOIN (VALUES ('hr', 220045), ('rr', 220210)) "
      "cpt(concept, itemid) ON cpt.itemid = e.itemid WHERE cpt.concept = 'hr' AND e.valuenum > 0",
-     {"chartevents": [("e", "(e.valuenum > 0) AND EXISTS (SELECT 1 FROM (VALUES ('hr', 220045), ('rr', 220210)) AS "
-                            "cpt(concept, itemid) WHERE (cpt.concept = 'hr') AND (cpt.itemid = e.itemid))")]}),
+     {"chartevents": ["(__row.valuenum > 0) AND EXISTS (SELECT 1 FROM (VALUES ('hr', 220045), ('rr', 220210)) AS "
+                            "cpt(concept, itemid) WHERE (cpt.concept = 'hr') AND (cpt.itemid = __row.itemid))"]}),
     # … not a LEFT-joined one
     ("SELECT count(*) FROM mimiciv_icu.chartevents e LEFT JOIN (VALUES (220045)) cpt(itemid) ON cpt.itemid = e.itemid",
-     {"chartevents": [("e", "TRUE")]}),
+     {"chartevents": ["TRUE"]}),
     # a robust relation's plain filter: the outer query's conditions on it are on the table's rows (a * there carries
     # the renumbered id nowhere the query reads it)
     (f"SELECT count(*) FROM (SELECT * FROM {LAB} WHERE valuenum IS NULL OR valuenum < 3) e "
      "WHERE e.itemid = 5 AND valuenum > 1",
-     {"labevents": [("labevents", "(valuenum IS NULL OR valuenum < 3) AND (labevents.itemid = 5) AND (valuenum > 1)")]}),
+     {"labevents": ["(valuenum IS NULL OR valuenum < 3) AND (__row.itemid = 5) AND (valuenum > 1)"]}),
     (f"SELECT count(*) FROM mimiciv_hosp.admissions a LEFT JOIN (SELECT * FROM {LAB} WHERE valuenum < 3) e "
      "ON e.hadm_id = a.hadm_id AND e.itemid = 5 WHERE e.valuenum IS NULL",
-     {"admissions": [("a", "TRUE")], "labevents": [("labevents", "(valuenum < 3) AND (labevents.itemid = 5)")]}),
+     {"admissions": ["TRUE"], "labevents": ["(valuenum < 3) AND (__row.itemid = 5)"]}),
     # … not through DISTINCT (or grouping, a limit …), nor a column the filter does not pass on
     (f"SELECT count(*) FROM (SELECT DISTINCT * FROM {LAB} WHERE valuenum < 3) e WHERE e.itemid = 5",
-     {"labevents": [("labevents", "(valuenum < 3)")]}),
+     {"labevents": ["(valuenum < 3)"]}),
     (f"SELECT count(*) FROM (SELECT subject_id, itemid FROM {LAB}) e WHERE e.itemid = 5 AND e.valuenum > 3",
-     {"labevents": [("labevents", "(labevents.itemid = 5)")]}),
+     {"labevents": ["(__row.itemid = 5)"]}),
 ])
 def test_row_filters_name_the_rows_each_read_can_see(sql, expected):
     assert row_filters(sql, TABLES) == expected
@@ -200,3 +200,25 @@ def test_a_query_reading_none_of_a_backgrounds_rows_gives_the_same_rows_with_it(
     finally:
         verifier.close()
     assert skipped >= 20 and ran >= 20
+
+
+@pytest.mark.parametrize("deleted", [5, 200])  # a literal list in the rowid span, a join on the list
+def test_changed_rows_are_the_rows_an_edit_deletes_and_stores(synth_db, deleted):
+    from ehrgym.db.overlay import changed_rows_sql
+
+    verifier = PairVerifier(synth_db)
+    try:
+        con = verifier.clean_con
+        table = "labevents"
+        q = table_spec(table).qualified
+        n = con.execute(f"SELECT count(*) FROM {q}").fetchone()[0]
+        gone = sorted({int(r) for r in np.random.default_rng(deleted).integers(0, n, deleted)})
+        stored = fetch_rows(con, table, [3, 4])
+        edit = TableEdit(table, tuple(gone), (stored[3], stored[4]), (3, 4))
+        got = con.execute(f"SELECT * FROM ({changed_rows_sql(table_spec(table), 'base', edit)})").fetchall()
+        assert sorted(map(repr, got)) == sorted(map(repr, con.execute(
+            f"SELECT * FROM {q} WHERE rowid IN ({', '.join(map(str, gone))}) UNION ALL "
+            f"SELECT * FROM {q} WHERE rowid IN (3, 4)").fetchall()))
+        assert changed_rows_sql(table_spec(table), "base", TableEdit(table)) is None
+    finally:
+        verifier.close()

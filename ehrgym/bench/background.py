@@ -31,7 +31,7 @@ import duckdb
 import numpy as np
 
 from ehrgym.bench.answers import AnswerSpec, gold_from_rows
-from ehrgym.bench.locality import reads_only_patient, row_filters
+from ehrgym.bench.locality import ROW, reads_only_patient, row_filters
 from ehrgym.db.overlay import Overlay, TableEdit, changed_rows_sql, fetch_rows
 from ehrgym.db.schema import table_spec
 
@@ -276,6 +276,10 @@ class BackgroundMaker:
             if patient_ids is None or not reads_only_patient(sql, TABLES, patient_ids):
                 unique.setdefault((sql, 0 if overlay.is_empty else id(overlay)), (overlay, rows))
         filters = {sql: row_filters(sql, TABLES) for sql, _ in unique}
+        wanted: dict[str, set[str]] = {}
+        for found in filters.values():
+            for table, conditions in (found or {}).items():
+                wanted.setdefault(table, set()).update(conditions)
         items, cohort = self.focus(noise, cohort_sql)
         for focused, scale in DRAWS if tables else ():
             if focused and not items:
@@ -284,8 +288,8 @@ class BackgroundMaker:
                                    items=items if focused else None)
             if background.is_empty:
                 continue
-            met: dict[tuple[str, str, str], bool] = {}
-            if all(self.reads_none(background, filters[sql], met)
+            met: dict[tuple[str, str], bool] = {}
+            if all(self.reads_none(background, filters[sql], met, wanted)
                    or same_answer(self.verifier.rows(sql, _plus(background, overlay)), rows, spec)
                    for (sql, _), (overlay, rows) in unique.items()):
                 return background, "verified_items" if focused else "verified"
@@ -296,35 +300,39 @@ class BackgroundMaker:
         return self.draw(rng, picked, subjects, noise, copies=False), "unread_tables"
 
 
-    def reads_none(self, background: Overlay, filters: dict[str, list[tuple[str, str]]] | None,
-                   met: dict[tuple[str, str, str], bool]) -> bool:
+    def reads_none(self, background: Overlay, filters: dict[str, list[str]] | None, met: dict[tuple[str, str], bool],
+                   wanted: dict[str, set[str]] | None = None) -> bool:
         """Whether a query whose reads are ``filters`` (:func:`~ehrgym.bench.locality.row_filters`) reads none of
         the rows ``background`` deletes or stores: its result is then the same with the background and it need
-        not run again. ``met`` memoises, per (table, alias, condition), whether a changed row meets it."""
+        not run again. ``met`` memoises, per (table, condition), whether a changed row meets it; ``wanted``: more
+        conditions per table to settle in the same read of the changed rows (the pair's other checks')."""
         if filters is None:
             return False
         for table, edit in background.merged().items():
-            for alias, condition in filters.get(table, ()):
-                key = (table, alias, condition)
-                if key not in met:
-                    met[key] = self._meets(table, edit, alias, condition)
-                if met[key]:
-                    return False
+            conditions = filters.get(table, ())
+            pending = sorted(({*conditions, *(wanted or {}).get(table, ())}) - {c for t, c in met if t == table})
+            if any((table, c) not in met for c in conditions):
+                met.update(((table, c), hit) for c, hit in zip(pending, self._meets(table, edit, pending)))
+            if any(met[(table, c)] for c in conditions):
+                return False
         return True
 
-    def _meets(self, table: str, edit: TableEdit, alias: str, condition: str) -> bool:
-        """Whether a row ``edit`` deletes or stores meets ``condition`` (read as ``alias``'s); True when unknown."""
+    def _meets(self, table: str, edit: TableEdit, conditions: list[str]) -> list[bool]:
+        """For each condition (over ``locality.ROW``), whether a row ``edit`` deletes or stores meets it (True when
+        that cannot be read), in one read of the changed rows."""
         changed = changed_rows_sql(table_spec(table), "base", edit)
         if changed is None:
-            return False
-        if condition == "TRUE":
-            return True
-        try:
-            got = self.verifier.clean_con.execute(
-                f'SELECT count(*) FROM ({changed}) AS "{alias}" WHERE {condition}').fetchone()
-        except duckdb.Error:
-            return True
-        return got is None or int(got[0]) > 0
+            return [False] * len(conditions)
+        asked = [c for c in conditions if c != "TRUE"]
+        got: dict[str, bool] = {}
+        if asked:
+            counts = ", ".join(f"count(*) FILTER (WHERE {c})" for c in asked)
+            try:
+                row = self.verifier.clean_con.execute(f"SELECT {counts} FROM ({changed}) AS {ROW}").fetchone()
+                got = {c: row is None or int(n) > 0 for c, n in zip(asked, row or [None] * len(asked))}
+            except duckdb.Error:
+                got = dict.fromkeys(asked, True)
+        return [got.get(c, True) for c in conditions]
 
 
 def same_answer(a: list[tuple[Any, ...]], b: list[tuple[Any, ...]], spec: AnswerSpec) -> bool:

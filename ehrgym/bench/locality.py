@@ -157,9 +157,12 @@ def _restricted(table: exp.Table, allowed: dict[str, set[int]]) -> bool:
     return me in restricted
 
 
-def row_filters(sql: str, tables: Iterable[str]) -> dict[str, list[tuple[str, str]]] | None:
-    """Every read of ``tables`` in ``sql``: table -> [(alias, condition)], the condition (DuckDB SQL over the
-    alias's own columns, ``TRUE`` where none is known) that a row of the table must meet to be read there at all.
+ROW = "__row"  # the alias row_filters' conditions read a row of their table as
+
+
+def row_filters(sql: str, tables: Iterable[str]) -> dict[str, list[str]] | None:
+    """Every read of ``tables`` in ``sql``: table -> [condition], the condition (DuckDB SQL over the table's own
+    columns, read as ``ROW``; ``TRUE`` where none is known) that a row of the table must meet to be read there at all.
     A row meeting none of its table's conditions is never read: deleting it, or storing a copy of it, leaves the
     query's result as it is. None when that cannot be shown (see :func:`reads_only_patient`: order-dependent SQL,
     a dense row id, a RIGHT/FULL join, a read that is not a direct FROM/JOIN source, SQL sqlglot cannot parse)."""
@@ -173,7 +176,7 @@ def row_filters(sql: str, tables: Iterable[str]) -> dict[str, list[tuple[str, st
         return None
     edited = {t.lower() for t in tables}
     ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
-    out: dict[str, list[tuple[str, str]]] = {}
+    out: dict[str, list[str]] = {}
     for table in tree.find_all(exp.Table):
         name = table.name.lower()
         if name in ctes or name not in edited:
@@ -186,7 +189,7 @@ def row_filters(sql: str, tables: Iterable[str]) -> dict[str, list[tuple[str, st
         me = _alias_in(select, table) if select is not None else None
         if select is None or me is None:
             return None
-        terms = _scope_terms(select, table, me, columns, me)
+        terms = _scope_terms(select, table, me, columns)
         if terms is None:
             return None
         # a plain filter of the table in a derived table (``(SELECT * FROM t WHERE …) e``): the outer query's
@@ -199,12 +202,12 @@ def row_filters(sql: str, tables: Iterable[str]) -> dict[str, list[tuple[str, st
             if outer is None or alias is None:
                 break
             columns = _projected(node, columns)
-            more = _scope_terms(outer, derived, alias, columns, me)
+            more = _scope_terms(outer, derived, alias, columns)
             if more is None:
                 return None
             terms += more
             node = outer
-        out.setdefault(name, []).append((me, " AND ".join(terms) or "TRUE"))
+        out.setdefault(name, []).append(" AND ".join(terms) or "TRUE")
     return out
 
 
@@ -230,9 +233,9 @@ def _projected(select: exp.Select, columns: set[str]) -> set[str]:
     return {e.name.lower() for e in select.expressions if isinstance(e, exp.Column)} & columns
 
 
-def _scope_terms(select: exp.Select, node: Any, me: str, columns: set[str], out_alias: str) -> list[str] | None:
+def _scope_terms(select: exp.Select, node: Any, me: str, columns: set[str]) -> list[str] | None:
     """The conditions ``select`` puts on the rows of its source ``node`` (alias ``me``, columns ``columns``), as
-    SQL over ``out_alias``; None when a join of the scope is not proven (:func:`_join_kind`)."""
+    SQL over the row ``ROW``; None when a join of the scope is not proven (:func:`_join_kind`)."""
     sources = _sources(select)
     joins = select.args.get("joins") or []
     if any(_join_kind(j) is None for j in joins):
@@ -249,9 +252,8 @@ def _scope_terms(select: exp.Select, node: Any, me: str, columns: set[str], out_
             conds += _conjuncts(join.args.get("on"))
 
     def text(cond: exp.Expression) -> str:
-        if out_alias != me:
-            cond = cond.transform(lambda n: exp.column(n.name, table=out_alias)
-                                  if isinstance(n, exp.Column) and (n.table or "").lower() == me else n)
+        cond = cond.transform(lambda n: exp.Column(this=n.this.copy(), table=exp.to_identifier(ROW))
+                              if isinstance(n, exp.Column) and (n.table or "").lower() == me else n)
         return f"({cond.sql(dialect='duckdb')})"
     own = [c for c in conds if _reads_only(c, me, columns, single=len(sources) == 1)]
     terms = [text(c) for c in own]

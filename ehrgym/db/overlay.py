@@ -351,14 +351,25 @@ def _view_sql(spec: TableSpec, base: str, edit: TableEdit | None,
     return "\nUNION ALL ".join(parts)
 
 
+# Above this many rowids the deleted rows are found by a hash join on the list, below by a literal list inside the
+# rowid span (medians on a 5M-row labevents: 10 rows 4.0 against 5.8 ms, 100 rows 10.9 against 7.0 ms, 800 rows
+# 60 against 14 ms; a bare IN list 9.7, 20, 34 ms)
+CHANGED_BY_JOIN = 32
+
+
 def changed_rows_sql(spec: TableSpec, base: str, edit: TableEdit) -> str | None:
     """The rows ``edit`` takes out of or adds to ``spec``'s table, with the table's columns: the deleted base rows
     as the base stores them, the inserted ones as the view serves them (a dense id aside, which the view
-    renumbers); None when it changes no row."""
+    renumbers), in no particular order; None when it changes no row."""
     parts = []
-    if edit.delete_rowids:
-        parts.append(f"SELECT * FROM {base}.{spec.qualified} WHERE rowid IN "
-                     f"({', '.join(str(r) for r in sorted(set(edit.delete_rowids)))})")
+    deleted = sorted(set(edit.delete_rowids))
+    listed = ", ".join(str(r) for r in deleted)
+    if len(deleted) > CHANGED_BY_JOIN:
+        parts.append(f"SELECT __d.* FROM {base}.{spec.qualified} AS __d SEMI JOIN (SELECT unnest([{listed}]) AS r) "
+                     "AS __k ON __d.rowid = __k.r")
+    elif deleted:
+        parts.append(f"SELECT * FROM {base}.{spec.qualified} WHERE rowid >= {deleted[0]} AND rowid <= {deleted[-1]} "
+                     f"AND rowid IN ({listed})")
     if edit.insert_rows:
         parts.append(_rows_sql(spec, [(0, 0, row) for row in edit.insert_rows], False))
     return "\nUNION ALL ".join(parts) or None
