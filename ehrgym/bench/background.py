@@ -75,6 +75,10 @@ MAX_ITEM_LOST = 800
 # tables up to this many rows have their subjects and item groups read into memory once per build process (~16
 # bytes a row); larger ones (full MIMIC-IV's chartevents) are asked row by row
 CACHED_ROWS = 50_000_000
+# the (rowid, subject) rows of the question's items kept per process, the oldest items dropped past it (16 bytes a
+# row): a template's noise edits the same few items pair after pair, and a common lab's rows run to hundreds of
+# thousands at 10k patients (sorting them again took ~20 ms a pair)
+POOLED_ROWS = 4_000_000
 
 
 class BackgroundMaker:
@@ -87,6 +91,8 @@ class BackgroundMaker:
         self._subjects: dict[str, np.ndarray | None] = {}
         self._by_item: dict[str, tuple[dict[str, tuple[int, int]], np.ndarray]] = {}
         self._asked: dict[tuple[str, tuple[str, ...]], np.ndarray] = {}
+        self._item_pools: dict[tuple[str, tuple[str, ...]], np.ndarray] = {}
+        self._pooled = 0
 
     def subjects(self, table: str) -> np.ndarray | None:
         """``subject_id`` of every row of ``table`` by rowid (-1 where NULL), read once per process; None for a
@@ -120,12 +126,21 @@ class BackgroundMaker:
             ).fetchnumpy()["rowid"].astype(np.int64)
             ends = np.cumsum([c for _, c in groups], dtype=np.int64)
             self._by_item[table] = ({v: (int(e - c), int(e)) for (v, c), e in zip(groups, ends)}, rowids)
-        spans, rowids = self._by_item[table]
-        picked = [rowids[a:b] for a, b in (spans[i] for i in set(items) if i in spans)]
-        if not picked:
-            return np.zeros((0, 2))
-        found = np.sort(np.concatenate(picked))
-        return np.stack([found, subjects[found].astype(np.float64)], axis=1)
+        key = (table, tuple(sorted(set(items))))
+        if key not in self._item_pools:
+            spans, rowids = self._by_item[table]
+            picked = [rowids[a:b] for a, b in (spans[i] for i in key[1] if i in spans)]
+            if not picked:
+                return np.zeros((0, 2))
+            # one item's slice is in rowid order already
+            found = picked[0] if len(picked) == 1 else np.sort(np.concatenate(picked))
+            pool = np.stack([found, subjects[found].astype(np.float64)], axis=1)
+            pool.flags.writeable = False  # shared by every draw of these items
+            while self._item_pools and self._pooled + len(pool) > POOLED_ROWS:
+                self._pooled -= len(self._item_pools.pop(next(iter(self._item_pools))))
+            self._item_pools[key] = pool
+            self._pooled += len(pool)
+        return self._item_pools[key]
 
     def _item_rows_sql(self, table: str, items: tuple[str, ...]) -> np.ndarray:
         """``item_rows`` of a table too large to hold: one scan per set of items, the last 512 kept (a template's

@@ -16,14 +16,16 @@ every row of the edited tables carries its patient's ``subject_id``.
 
 :func:`row_filters` proves it for any question, from the rows a background actually changes: it names, for every
 read of an edited table, the condition a row must meet to be read there at all (the scope's WHERE and inner joins'
-ON terms over that table's columns alone, and those linking it to an inner-joined ``VALUES`` list of a concept's
-items); the background maker then counts the deleted and stored rows that meet one
+ON terms over that table's columns alone, those linking it to an inner-joined ``VALUES`` list of a concept's
+items, and where the table is read through a plain filter in a derived table — a robust SQL's cleaned relation —
+the outer query's conditions on it); the background maker then counts the deleted and stored rows that meet one
 (:meth:`ehrgym.bench.background.BackgroundMaker.reads_none`). The same refusals apply (order-dependent SQL, dense
 row ids, RIGHT/FULL/ASOF/POSITIONAL joins, a read that is not a direct FROM/JOIN source).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -48,10 +50,7 @@ EXACT_AGGREGATES: tuple[type[exp.Expression], ...] = (exp.Count, exp.Min, exp.Ma
 def reads_only_patient(sql: str, tables: Iterable[str], ids: Mapping[str, Iterable[int]]) -> bool:
     """True when every read of ``tables`` in ``sql`` is restricted to rows whose ``subject_id``, ``hadm_id`` or
     ``stay_id`` is one of ``ids[column]`` (see the module docstring); False when that cannot be shown."""
-    try:
-        tree = sqlglot.parse_one(sql, read="duckdb")
-    except sqlglot.errors.SqlglotError:
-        return False
+    tree = _parsed(sql)
     if not isinstance(tree, exp.Query):
         return False
     if not _order_free(tree) or not _no_dense_ids(tree):
@@ -63,6 +62,15 @@ def reads_only_patient(sql: str, tables: Iterable[str], ids: Mapping[str, Iterab
         if table.name.lower() in edited and not _restricted(table, allowed):
             return False
     return True
+
+
+@functools.lru_cache(maxsize=512)
+def _parsed(sql: str) -> Any:
+    """``sql``'s tree (None: sqlglot cannot parse it), shared by both proofs of a check; never changed in place."""
+    try:
+        return sqlglot.parse_one(sql, read="duckdb")
+    except sqlglot.errors.SqlglotError:
+        return None
 
 
 def _sources(select: exp.Select) -> list[tuple[str, exp.Expression, str]]:
@@ -168,10 +176,7 @@ def row_filters(sql: str, tables: Iterable[str]) -> dict[str, list[str]] | None:
     a dense row id, a RIGHT/FULL join, a read that is not a direct FROM/JOIN source, SQL sqlglot cannot parse)."""
     from ehrgym.db.schema import table_spec
 
-    try:
-        tree = sqlglot.parse_one(sql, read="duckdb")
-    except sqlglot.errors.SqlglotError:
-        return None
+    tree = _parsed(sql)
     if not isinstance(tree, exp.Query) or not _order_free(tree) or not _no_dense_ids(tree):
         return None
     edited = {t.lower() for t in tables}

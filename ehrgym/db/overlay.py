@@ -160,7 +160,9 @@ def fetch_rows(con: duckdb.DuckDBPyConnection, table: str, rowids: list[int],
     if not rowids:
         return {}
     ids = ", ".join(str(int(r)) for r in rowids)
-    cur = con.execute(f"SELECT rowid, * FROM {prefix}{spec.qualified} WHERE rowid IN ({ids})")
+    # the span lets the scan skip the row groups outside it (a block of neighbours, one row: ~1 ms, not 4)
+    span = f"rowid >= {min(int(r) for r in rowids)} AND rowid <= {max(int(r) for r in rowids)} AND "
+    cur = con.execute(f"SELECT rowid, * FROM {prefix}{spec.qualified} WHERE {span}rowid IN ({ids})")
     names = [d[0] for d in cur.description]
     out = {}
     for rec in cur.fetchall():
