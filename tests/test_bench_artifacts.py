@@ -182,6 +182,18 @@ def test_the_judge_catches_rows_stored_away_from_their_patient(drafted_tasks, sy
     assert acc > 0.8, f"rows appended at the end of the table judged at {acc:.3f}"
 
 
+def test_admission_evidence_is_compared_with_inpatient_rows_only():
+    from ehrgym.bench.artifacts import comparison_filter
+
+    names = ("labevent_id", "subject_id", "hadm_id", "itemid", "valuenum")
+    inpatient = ({"subject_id": 1, "hadm_id": 7, "itemid": 50912},)
+    assert comparison_filter(names, None, inpatient) == "(TRUE AND hadm_id IS NOT NULL)"
+    assert comparison_filter(names, "valuenum IS NULL", inpatient) == "(valuenum IS NULL AND hadm_id IS NOT NULL)"
+    # a clinic row among the touched ones (or a table without admissions): every row of the group is comparable
+    assert comparison_filter(names, None, inpatient + ({"subject_id": 1, "hadm_id": None},)) == "TRUE"
+    assert comparison_filter(("subject_id", "itemid"), None, inpatient) == "TRUE"
+
+
 def test_nearest_patients_stand_beside_the_task_in_the_scan():
     from ehrgym.bench.artifacts import _nearest_patients
 
