@@ -215,7 +215,6 @@ class Builder:
         self.candidates[t.id] = eligible
 
     def sample(self) -> dict[tuple[str, str], int]:
-        self.verifier.clean()
         first = self._plan(self.templates)
         per_template: Counter[str] = Counter()
         for (tid, _), q in first.items():
