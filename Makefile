@@ -20,7 +20,11 @@ DATA := data
 # pytest worker processes for make test / test-slow (pytest-xdist; each takes whole test files, so a file's
 # module fixtures are built once); 0 runs in this process
 TEST_WORKERS ?= 2
-PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
+# seconds one test may take, its fixtures' setup included (pytest-timeout): a test that hangs fails with every
+# thread's stack printed instead of holding CI until its deadline; the slowest setup takes ~6 min here
+TEST_TIMEOUT ?= 1200
+PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile \
+	--timeout=$(TEST_TIMEOUT) --timeout-method=thread --durations=15
 
 .PHONY: venv lint test test-slow test-all reproduce llm-smoke train-smoke bench clean-data lock
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -66,6 +68,26 @@ def synth_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("synth") / "synth200.duckdb"
     build_synthetic_database(path, patients=200, seed=7, progress=False)
     return path
+
+
+@pytest.fixture(scope="session")
+def small_bench(synth_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The "small" benchmark (seed 0) on the synthetic hospital, built once per test run: the first
+    pytest-xdist worker to ask builds it under a file lock in the run's shared temporary directory,
+    the others read it. Tests only read it; those that need a benchmark of their own build one."""
+    from ehrgym.bench.build import build_benchmark
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent                     # the directory every worker's base temp lies in
+    out, done = root / "shared-bench-small-s0", root / "shared-bench-small-s0.done"
+    with open(root / "shared-bench-small-s0.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(out, ignore_errors=True)   # a build another worker began and did not finish
+            build_benchmark(synth_db, out, config="small", seed=0, progress=False)
+            done.touch()
+    return out
 
 
 @pytest.fixture(scope="session")

@@ -19,15 +19,6 @@ from ehrgym.env.episode import EhrEnv, EnvConfig
 from ehrgym.errors import BenchmarkError
 
 
-@pytest.fixture(scope="module")
-def small_bench(synth_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from ehrgym.bench.build import build_benchmark
-
-    out = tmp_path_factory.mktemp("bench") / "small"
-    build_benchmark(synth_db, out, config="small", seed=0, progress=False)
-    return out
-
-
 def test_expected_path_of_every_task_succeeds(small_bench: Path, synth_db: Path) -> None:
     failures: list[str] = []
     outcomes: Counter[str] = Counter()

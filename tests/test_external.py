@@ -199,20 +199,17 @@ def test_wrong_data_dir_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_report_writes_the_transfer_table_for_gym_and_external_runs(ehrsql24: Path, tmp_path: Path,
-                                                                    synth_db: Path) -> None:
+                                                                    synth_db: Path, small_bench: Path) -> None:
     import pandas as pd
 
-    from ehrgym.bench.build import build_benchmark
     from ehrgym.eval.runner import run_evaluation
     from ehrgym.report.build import build_report
 
     ext_run = tmp_path / "ext"
     run_evaluation(ehrsql24, ehrsql24 / "ehrsql-2024.duckdb", "external-oracle", ext_run, k=1,
                    tasks={"split": "dev"}, progress=False)
-    gym = tmp_path / "gym"
-    build_benchmark(synth_db, gym, config="small", progress=False)
     gym_run = tmp_path / "gymrun"
-    run_evaluation(gym, synth_db, "oracle", gym_run, k=1, limit_pairs=4, progress=False)
+    run_evaluation(small_bench, synth_db, "oracle", gym_run, k=1, limit_pairs=4, progress=False)
     build_report([ext_run, gym_run], None, tmp_path / "t", tmp_path / "f", n_boot=20, seed=0, progress=False,
                  tables=["transfer"], figures=["transfer"])
     table = pd.read_csv(tmp_path / "t" / "transfer.csv")

@@ -58,12 +58,11 @@ def test_a_plugin_agent_is_listed_and_made(installed_plugin: Path) -> None:
     assert type(make_agent("always_abstain")).__name__ == "AlwaysAbstain"
 
 
-def test_eval_run_runs_a_plugin_agent(installed_plugin: Path, synth_db: Path, tmp_path: Path) -> None:
-    from ehrgym.bench.build import build_benchmark
+def test_eval_run_runs_a_plugin_agent(installed_plugin: Path, synth_db: Path, small_bench: Path,
+                                      tmp_path: Path) -> None:
     from ehrgym.cli import cli
 
-    bench = tmp_path / "bench"
-    build_benchmark(synth_db, bench, config="small", seed=0, progress=False)
+    bench = small_bench
     out = tmp_path / "run"
     res = CliRunner().invoke(cli, ["eval", "run", "--bench", str(bench), "--db", str(synth_db), "--agent",
                                    "always_abstain", "--out", str(out), "--k", "1", "--limit-pairs", "3",

@@ -25,12 +25,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def bench(synth_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from ehrgym.bench.build import build_benchmark
-
-    out = tmp_path_factory.mktemp("runner") / "bench_small"
-    build_benchmark(synth_db, out, config="small", seed=0, progress=False)
-    return out
+def bench(small_bench: Path) -> Path:
+    return small_bench
 
 
 @pytest.fixture(scope="module")
