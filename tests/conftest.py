@@ -16,6 +16,16 @@ DEMO_DIR = Path(os.environ.get("EHRGYM_DEMO_DIR", REPO.parent / "shared" / "mimi
 EXTERNAL_DIR = Path(os.environ.get("EHRGYM_EXTERNAL_DIR") or REPO.parent / "shared" / "external")
 
 
+# The suite is hermetic, whatever the shell that starts it: no model endpoint a run would call (tests that
+# exercise the chat agent set their own local server), no hub download or telemetry from the libraries the
+# training, Ray and notebook tests start. Set here, at import, so worker processes, kernels and
+# subprocesses inherit it.
+for _name in ("EHRGYM_MODEL", "OPENAI_BASE_URL", "OPENAI_API_KEY"):
+    os.environ.pop(_name, None)
+os.environ.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+                   "RAY_USAGE_STATS_ENABLED": "0", "DO_NOT_TRACK": "1"})
+
+
 # The slow end-to-end cases, in one place: `make test` deselects them (-m "not slow") so the
 # default stays quick; `make test-slow` runs them and CI (.ci/run) runs both. A module maps to None
 # (all of it, usually because its fixture builds a large benchmark) or to the names of its slow tests.
