@@ -62,9 +62,8 @@ def test_eval_run_runs_a_plugin_agent(installed_plugin: Path, synth_db: Path, sm
                                       tmp_path: Path) -> None:
     from ehrgym.cli import cli
 
-    bench = small_bench
     out = tmp_path / "run"
-    res = CliRunner().invoke(cli, ["eval", "run", "--bench", str(bench), "--db", str(synth_db), "--agent",
+    res = CliRunner().invoke(cli, ["eval", "run", "--bench", str(small_bench), "--db", str(synth_db), "--agent",
                                    "always_abstain", "--out", str(out), "--k", "1", "--limit-pairs", "3",
                                    "--no-progress"])
     assert res.exit_code == 0, res.output + repr(res.exception)
