@@ -101,6 +101,22 @@ def small_bench(synth_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
 
 
 @pytest.fixture(scope="session")
+def small_build(small_bench: Path):
+    """The shared "small" benchmark as ``build_benchmark`` returns it (tasks, manifest, report, card), read back
+    from its files."""
+    import json
+
+    from ehrgym.bench.build import BuildResult
+    from ehrgym.bench.task import load_tasks_jsonl
+
+    def read(name: str) -> dict:
+        return json.loads((small_bench / name).read_text())
+
+    return BuildResult(small_bench, load_tasks_jsonl(small_bench / "tasks.jsonl"), read("manifest.json"),
+                       read("build_report.json"), read("card.json"))
+
+
+@pytest.fixture(scope="session")
 def demo_db(demo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The MIMIC-IV demo loaded by the kit's loader, once per test session."""
     from ehrgym.db.mimic import load_mimic

@@ -31,9 +31,8 @@ DETERMINISTIC_FILES = ("tasks.jsonl", "tasks.parquet", "card.json", "card.md", "
 
 
 @pytest.fixture(scope="module")
-def small(synth_db, tmp_path_factory):
-    out = tmp_path_factory.mktemp("bench") / "small"
-    return build_benchmark(synth_db, out, config="small", seed=5, progress=False)
+def small(small_build):
+    return small_build  # the run's shared "small" build (tests/conftest.py); read only
 
 
 def test_small_build_meets_its_plan(small):

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from ehrgym.bench.background import COPYABLE, TABLES, BackgroundMaker
-from ehrgym.bench.build import build_benchmark
 from ehrgym.bench.locality import reads_only_patient, row_filters
 from ehrgym.bench.task import load_tasks_jsonl
 from ehrgym.bench.verify import PairVerifier
@@ -62,10 +61,8 @@ def test_queries_that_read_other_patients_are_not(sql):
 
 
 @pytest.fixture(scope="module")
-def built(synth_db, tmp_path_factory):
-    out = tmp_path_factory.mktemp("locality") / "bench"
-    build_benchmark(synth_db, out, config="small", seed=2, progress=False)
-    return load_tasks_jsonl(out / "tasks.jsonl")
+def built(small_bench):
+    return load_tasks_jsonl(small_bench / "tasks.jsonl")  # the run's shared "small" build (tests/conftest.py)
 
 
 def _others_changed(verifier: PairVerifier, tables: list[str], subject: int, rng: np.random.Generator,

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from ehrgym.bench.build import build_benchmark
-from ehrgym.bench.configs import get_config
 from ehrgym.bench.task import load_tasks_jsonl
 from ehrgym.bench.validity.state import BAR, OUTCOME_SLACK, served_overlay_state, state_passes, state_validity
 from ehrgym.db.overlay import Overlay
@@ -17,10 +15,8 @@ from ehrgym.bench.verify import PairVerifier
 
 
 @pytest.fixture(scope="module")
-def bench(synth_db, tmp_path_factory):
-    out = tmp_path_factory.mktemp("state") / "bench"
-    build_benchmark(synth_db, out, config=get_config("small"), seed=3, progress=False)
-    return out
+def bench(small_bench):
+    return small_bench  # the run's shared "small" build (tests/conftest.py); read only
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,6 @@ import pytest
 
 from ehrgym.agents.base import Entitlement
 from ehrgym.agents.registry import make_agent
-from ehrgym.bench.build import build_benchmark
 from ehrgym.bench.dataset import Benchmark, load_benchmark
 from ehrgym.bench.task import Task, public_task_id, task_to_json
 from ehrgym.env.episode import EhrEnv, EnvConfig, schema_summary
@@ -40,10 +39,8 @@ END_INFO_KEYS = {"verdict", "termination"}  # the evaluator's verdict, once the 
 
 
 @pytest.fixture(scope="module")
-def bench(synth_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Benchmark:
-    out = tmp_path_factory.mktemp("leaks") / "small"
-    build_benchmark(synth_db, out, config="small", seed=5, progress=False)
-    return load_benchmark(out)
+def bench(small_bench: Path) -> Benchmark:
+    return load_benchmark(small_bench)  # the run's shared "small" build (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")
