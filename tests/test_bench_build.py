@@ -167,6 +167,38 @@ def test_build_is_deterministic(synth_db, tmp_path, small):
         a.manifest["content_hash"] != small.manifest["content_hash"]
 
 
+def test_a_build_computes_the_validity_sections_it_is_asked_for(synth_db, tmp_path):
+    """``validity`` picks the card's sections; the tasks do not depend on it, and the card (json and md) lists the
+    sections left out, so a partial report never reads as a whole one. An unknown name fails before the build."""
+    from click.testing import CliRunner
+
+    from ehrgym.bench.validity import section_names
+    from ehrgym.cli import cli
+    from ehrgym.errors import BenchmarkError
+
+    cfg = BuildConfig("tiny", 12, min_candidates=8)
+    templates = [t for t in all_templates() if t.intent == "labs"]
+    some = build_benchmark(synth_db, tmp_path / "some", config=cfg, seed=9, progress=False, templates=templates,
+                           validity=["trap_margins", "answer_prior"])
+    none = build_benchmark(synth_db, tmp_path / "none", config=cfg, seed=9, progress=False, templates=templates,
+                           validity=[])
+    assert (some.out / "tasks.jsonl").read_bytes() == (none.out / "tasks.jsonl").read_bytes()
+    assert set(some.card["validity"]) == {"answer_prior", "trap_margins"}
+    assert some.card["validity_skipped"] == [n for n in section_names() if n not in ("answer_prior", "trap_margins")]
+    assert none.card["validity"] == {} and none.card["validity_skipped"] == section_names()
+    assert set(some.report["timings_seconds"]["card_sections"]) == {"answer_prior", "trap_margins"}
+    md = (some.out / "card.md").read_text()
+    assert "### answer_prior" in md and "### text_classifier" not in md
+    assert "Not computed in this build (`--validity`): " + ", ".join(some.card["validity_skipped"]) in md
+    with pytest.raises(BenchmarkError, match="unknown validity section.*known: answer_prior"):
+        build_benchmark(synth_db, tmp_path / "bad", config=cfg, seed=9, progress=False, validity=["answer_prio"])
+    assert not (tmp_path / "bad").exists()
+    res = CliRunner().invoke(cli, ["bench", "build", "--db", str(synth_db), "--out", str(tmp_path / "cli"),
+                                   "--quiet", "--validity", "text_classifier,bogus"])
+    assert res.exit_code != 0 and "unknown validity section(s) bogus" in str(res.exception or res.output)
+    assert not (tmp_path / "cli").exists()
+
+
 def test_parallel_build_reports_pairs_while_workers_run(synth_db, tmp_path, monkeypatch):
     """The "pairs" bar advances from the workers' own progress, not only when they finish."""
     from ehrgym.bench import builder

@@ -26,9 +26,10 @@ CONFIG = replace(CONFIGS["small"], pairs=400)
 @pytest.fixture(scope="module")
 def builds(synth_db, tmp_path_factory):
     root = tmp_path_factory.mktemp("decoys")
-    with_decoys = build_benchmark(synth_db, root / "with", config=CONFIG, seed=2, progress=False)
+    # no card sections: these tests read the tasks and the build report (the card's own tests are elsewhere)
+    with_decoys = build_benchmark(synth_db, root / "with", config=CONFIG, seed=2, progress=False, validity=[])
     without = build_benchmark(synth_db, root / "without", config=replace(CONFIG, decoys=False), seed=2,
-                              progress=False)
+                              progress=False, validity=[])
     return (load_tasks_jsonl(root / "with" / "tasks.jsonl"), with_decoys,
             load_tasks_jsonl(root / "without" / "tasks.jsonl"), without)
 

@@ -49,11 +49,18 @@ class BuildResult:
 
 
 def build_benchmark(db: str | Path, out: str | Path, config: str | BuildConfig = "small", seed: int = 0,
-                    progress: bool = True, templates: Iterable[Template] | None = None) -> BuildResult:
-    """Sample, inject, verify and write a benchmark; see ``ehrgym.bench.configs`` for the distribution."""
+                    progress: bool = True, templates: Iterable[Template] | None = None,
+                    validity: Iterable[str] | None = None) -> BuildResult:
+    """Sample, inject, verify and write a benchmark; see ``ehrgym.bench.configs`` for the distribution.
+    ``validity``: the card's validity sections to compute (None: every registered one; the tasks never depend on
+    it)."""
     t_start = time.perf_counter()
     cpu_start = _cpu_seconds()
     cfg = get_config(config)
+    if validity is not None:
+        from ehrgym.bench.validity import section_names
+
+        validity = section_names(validity)  # an unknown name fails before the build, not after it
     out = ensure_out_dir(out)
     builder = Builder(db, cfg, seed, progress=progress, templates=templates)
     try:
@@ -82,7 +89,8 @@ def build_benchmark(db: str | Path, out: str | Path, config: str | BuildConfig =
             "balance_dropped_by_template": dict(sorted(builder.stats.balance_dropped.items()))}
     t_card = time.perf_counter()
     sections: dict[str, float] = {}
-    card = make_card(tasks, info, db=Path(db), seed=int(seed), workers=cfg.workers, seconds=sections)
+    card = make_card(tasks, info, db=Path(db), seed=int(seed), workers=cfg.workers, seconds=sections,
+                     validity=validity)
     t_card = time.perf_counter() - t_card
     stats = builder.stats
     attempts = sum(stats.attempts.values())

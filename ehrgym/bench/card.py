@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from pathlib import Path
 from statistics import mean
-from typing import Any
+from typing import Any, Iterable
 
 from ehrgym.bench.complexity import complexity_by_tier
 from ehrgym.bench.noise.teaching import expected_outcomes, teaching_card
 from ehrgym.bench.task import Task
-from ehrgym.bench.validity import ValidityContext, validity_markdown, validity_report
+from ehrgym.bench.validity import ValidityContext, section_names, validity_markdown, validity_report
 from ehrgym.vocab import INTENTS, NOISE_SUBTYPES
 
 
@@ -26,9 +26,13 @@ def _nested(counter: Counter) -> dict[str, Any]:
 
 
 def make_card(tasks: list[Task], info: dict[str, Any], db: Path | None = None, seed: int = 0,
-              workers: int = 1, seconds: dict[str, float] | None = None) -> dict[str, Any]:
+              workers: int = 1, seconds: dict[str, float] | None = None,
+              validity: Iterable[str] | None = None) -> dict[str, Any]:
     """The benchmark card; ``workers`` processes compute its validity report (same numbers for any count);
-    ``seconds`` receives each validity section's wall time."""
+    ``seconds`` receives each validity section's wall time. ``validity``: the sections to compute (None: all); the
+    card then lists the others under ``validity_skipped``, so that nobody reads a partial report as a whole one."""
+    names = section_names(validity)
+    skipped = [n for n in section_names() if n not in names]
     noise = [t for t in tasks if t.variant == "noise"]
     clean = [t for t in tasks if t.variant == "clean"]
     noise_specs = [t.noise for t in noise if t.noise is not None]  # every noise task carries its spec
@@ -65,7 +69,8 @@ def make_card(tasks: list[Task], info: dict[str, Any], db: Path | None = None, s
             "by_tier": complexity_by_tier(tasks),
         },
         "by_tier": dict(sorted(Counter(str(t.meta.get("tier", "unknown")) for t in noise).items())),
-        "validity": validity_report(ValidityContext(tasks, db, seed, workers), seconds),
+        "validity": validity_report(ValidityContext(tasks, db, seed, workers), seconds, names),
+        **({"validity_skipped": skipped} if skipped else {}),
     }
 
 
@@ -122,8 +127,10 @@ def card_markdown(card: dict[str, Any]) -> str:
     lines += template_shares_markdown(card)
     if card.get("limitations"):
         lines += ["", "## Limitations of this build", ""] + [f"- {w}" for w in card["limitations"]]
-    if card.get("validity"):
+    if card.get("validity") or card.get("validity_skipped"):
         lines += validity_markdown(card["validity"])
+    if card.get("validity_skipped"):
+        lines += [f"Not computed in this build (`--validity`): {', '.join(card['validity_skipped'])}.", ""]
     return "\n".join(lines) + "\n"
 
 

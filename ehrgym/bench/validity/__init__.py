@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from ehrgym.bench.task import Task
 from ehrgym.errors import BenchmarkError
@@ -50,12 +50,27 @@ SECTION_ORDER = ("evidence_anomaly", "artifact_classifier", "text_classifier", "
                  "answer_prior", "trap_margins")
 
 
-def validity_report(ctx: ValidityContext, seconds: dict[str, float] | None = None) -> dict[str, Any]:
-    """Every registered section's result by name; ``seconds`` (when given) receives each section's wall time, which
-    the build reports beside its other timings (never in the card: the card is the same on every run)."""
+def section_names(wanted: Iterable[str] | None = None) -> list[str]:
+    """The registered sections named in ``wanted`` (None: all of them), sorted; an unknown name is an error that
+    lists the known ones."""
     from ehrgym.bench import validity_sections  # noqa: F401  (registers the sections)
 
-    names = sorted(SECTIONS)
+    known = sorted(SECTIONS)
+    if wanted is None:
+        return known
+    wanted = sorted(set(wanted))
+    unknown = [n for n in wanted if n not in known]
+    if unknown:
+        raise BenchmarkError(f"unknown validity section(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    return wanted
+
+
+def validity_report(ctx: ValidityContext, seconds: dict[str, float] | None = None,
+                    sections: Iterable[str] | None = None) -> dict[str, Any]:
+    """Each registered section's result by name (``sections``: only those; None: all); ``seconds`` (when given)
+    receives each section's wall time, which the build reports beside its other timings (never in the card: the
+    card is the same on every run)."""
+    names = section_names(sections)
     if ctx.workers <= 1 or len(names) < 2:
         timed = _timed_sections(ctx, names, lambda i: True)
     else:
