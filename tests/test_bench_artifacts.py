@@ -41,7 +41,8 @@ UNDECIDED: dict[str, str] = {}
 def built(synth_db, tmp_path_factory):
     out = tmp_path_factory.mktemp("artifacts") / "b"
     cfg = BuildConfig("artifacts", 600, oversample=4.0, min_candidates=24)
-    build_benchmark(synth_db, out, config=cfg, seed=11, progress=False)
+    # no card sections: the tests run the judge on the tasks themselves
+    build_benchmark(synth_db, out, config=cfg, seed=11, progress=False, validity=[])
     return load_benchmark(out)
 
 

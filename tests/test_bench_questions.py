@@ -33,7 +33,8 @@ PROBE_CONFIG = BuildConfig("questions", 1500, oversample=4.0, min_candidates=24)
 @pytest.fixture(scope="module")
 def built(synth_db, tmp_path_factory):
     out = tmp_path_factory.mktemp("questions") / "bench"
-    build_benchmark(synth_db, out, config=PROBE_CONFIG, seed=5, progress=False)
+    # no card sections: the tests run the probes on the tasks themselves
+    build_benchmark(synth_db, out, config=PROBE_CONFIG, seed=5, progress=False, validity=[])
     return load_tasks_jsonl(out / "tasks.jsonl")
 
 
