@@ -115,3 +115,57 @@ def test_evidence_rows_ignore_comparisons_with_the_entitys_other_rows() -> None:
     assert "careunit" not in where  # the correlated comparison is gone
     assert "a.hadm_id = 20724572" in where and "e.eventtype = 'transfer'" in where
     assert "diagnoses_icd" in where  # the cohort's uncorrelated subquery stays
+
+
+def _grafted(tree: sqlglot.exp.Expression, relation, only: str | None = None) -> str:
+    """``rewrite_tables`` the direct way (its form before text placeholders): a copy of the draft with each evidence
+    table replaced by the relation's parsed subquery."""
+    from ehrgym.agents.skeptic_sql import _mimic_table
+
+    new = tree.copy()
+    for t in list(new.find_all(sqlglot.exp.Table)):
+        name = _mimic_table(t)
+        rule = TABLE_RULES.get(name or "")
+        if rule is None or (only is not None and name != only):
+            continue
+        alias = t.alias or t.name
+        sub = sqlglot.parse_one(f"SELECT * FROM {relation(rule, pushdown(t, rule))} AS {alias}",
+                                read="duckdb").find(sqlglot.exp.From).this
+        t.replace(sub)
+    return new.sql(dialect="duckdb")
+
+
+def test_rewrite_tables_writes_what_grafting_the_relations_writes_and_leaves_the_draft_as_it_was() -> None:
+    drafts = [DRAFT,
+              "SELECT count(*) FROM mimiciv_hosp.labevents JOIN mimiciv_icu.icustays i USING (hadm_id) "
+              "JOIN mimiciv_icu.inputevents ie ON ie.stay_id = i.stay_id WHERE labevents.itemid = 50912 "
+              "AND ie.itemid IN (221906, 221289)",
+              "SELECT max(x.valuenum) FROM (SELECT * FROM labevents WHERE subject_id = 10000032) x "
+              "WHERE x.valuenum > (SELECT avg(valuenum) FROM labevents l2 WHERE l2.itemid = 50912)"]
+    for draft in drafts:
+        tree = analyse_draft(draft).tree
+        before = tree.sql(dialect="duckdb")
+        for only in (None, "labevents"):
+            for drop in (False, True):
+                def relation(r, w, drop=drop):
+                    return clean_relation(r, drop, (50912,), w)
+                got = rewrite_tables(tree, relation, only=only)
+                assert got == _grafted(tree, relation, only=only), (draft, only, drop)
+                assert tree.sql(dialect="duckdb") == before  # restored
+        assert "__ehrgym_relation_" not in got
+
+    calls = []
+
+    def failing(r, w):  # the second evidence table's relation fails, after the first was swapped
+        calls.append(r.table)
+        if len(calls) == 2:
+            raise RuntimeError("relation failed")
+        return clean_relation(r, False, (), w)
+    tree = analyse_draft(drafts[1]).tree
+    before = tree.sql(dialect="duckdb")
+    try:
+        rewrite_tables(tree, failing)
+    except RuntimeError:
+        pass
+    assert len(calls) == 2
+    assert tree.sql(dialect="duckdb") == before  # restored after a failure too

@@ -688,21 +688,51 @@ def pushdown(table: exp.Table, rule: TableRule) -> str | None:
     return " AND ".join(out) or None
 
 
+_PLACEHOLDER = "__ehrgym_relation_"
+
+
+@lru_cache(maxsize=4096)
+def _relation_sql(relation_sql: str) -> str:
+    """``(<relation>)`` as sqlglot writes it inside a query (parsed once per text, the parse not copied)."""
+    from_node = _parse_cached(f"SELECT * FROM {relation_sql} AS __r", "duckdb").find(exp.From)
+    assert from_node is not None  # a SELECT … FROM we just wrote
+    text = from_node.this.sql(dialect="duckdb")
+    if not text.endswith(" AS __r"):
+        raise ValueError(f"unexpected relation text {text[-40:]!r}")
+    return text[: -len(" AS __r")]
+
+
 def rewrite_tables(tree: exp.Expr, relation: Relation, only: str | None = None) -> str:
-    """The draft with evidence-table references (all, or only ``only``) replaced by ``relation``."""
-    new = tree.copy()
-    for t in list(new.find_all(exp.Table)):
-        name = _mimic_table(t)
-        rule = TABLE_RULES.get(name or "")
-        if rule is None or (only is not None and name != only):
-            continue
-        alias = t.alias or t.name
-        from_node = _parse(f"SELECT * FROM {relation(rule, pushdown(t, rule))} AS {alias}",
-                           read="duckdb").find(exp.From)
-        assert from_node is not None  # a SELECT … FROM we just wrote
-        sub = from_node.this
-        t.replace(sub)
-    return new.sql(dialect="duckdb")
+    """The draft with evidence-table references (all, or only ``only``) replaced by ``relation``. Each reference
+    becomes a placeholder table under its alias whose name is then replaced by the relation's text, as sqlglot
+    writes the relation's subtree (generation is compositional): no relation's parsed tree is copied into the
+    draft's for every trial. The draft's tree is edited in place and restored before returning."""
+    taken = {t.name for t in tree.find_all(exp.Table)}
+    parts: dict[str, str] = {}
+    swapped: list[tuple[exp.Table, exp.Table]] = []
+    try:
+        for t in list(tree.find_all(exp.Table)):
+            name = _mimic_table(t)
+            rule = TABLE_RULES.get(name or "")
+            if rule is None or (only is not None and name != only):
+                continue
+            alias = t.alias or t.name
+            key = f"{_PLACEHOLDER}{len(parts)}"
+            if key in taken:
+                raise ValueError(f"the draft already names a table {key}")
+            parts[key] = _relation_sql(relation(rule, pushdown(t, rule)))
+            placeholder = exp.to_table(key).as_(alias)  # the alias as the relation would carry it
+            t.replace(placeholder)
+            swapped.append((placeholder, t))
+        text = tree.sql(dialect="duckdb")
+    finally:
+        for placeholder, t in reversed(swapped):
+            placeholder.replace(t)
+    for key, sql in sorted(parts.items(), key=lambda kv: -len(kv[0])):  # _10 before _1
+        if text.count(key) != 1:
+            raise ValueError(f"placeholder {key} appears {text.count(key)} times in {text!r}")
+        text = text.replace(key, sql)
+    return text
 
 
 def evidence_select(tree: exp.Expr, table: str) -> exp.Select | None:
