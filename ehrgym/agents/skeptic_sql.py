@@ -709,7 +709,7 @@ def rewrite_tables(tree: exp.Expr, relation: Relation, only: str | None = None) 
     draft's for every trial. The draft's tree is edited in place and restored before returning."""
     taken = {t.name for t in tree.find_all(exp.Table)}
     parts: dict[str, str] = {}
-    swapped: list[tuple[exp.Table, exp.Table]] = []
+    swapped: list[tuple[exp.Expr, exp.Table]] = []
     try:
         for t in list(tree.find_all(exp.Table)):
             name = _mimic_table(t)
