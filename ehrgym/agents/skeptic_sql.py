@@ -717,7 +717,7 @@ def rewrite_tables(tree: exp.Expr, relation: Relation, only: str | None = None) 
             if rule is None or (only is not None and name != only):
                 continue
             alias = t.alias or t.name
-            key = f"{_PLACEHOLDER}{len(parts)}"
+            key = f"{_PLACEHOLDER}{len(parts)}__"  # delimited: no key is the start of another
             if key in taken:
                 raise ValueError(f"the draft already names a table {key}")
             parts[key] = _relation_sql(relation(rule, pushdown(t, rule)))
@@ -728,7 +728,7 @@ def rewrite_tables(tree: exp.Expr, relation: Relation, only: str | None = None) 
     finally:
         for placeholder, t in reversed(swapped):
             placeholder.replace(t)
-    for key, sql in sorted(parts.items(), key=lambda kv: -len(kv[0])):  # _10 before _1
+    for key, sql in parts.items():
         if text.count(key) != 1:
             raise ValueError(f"placeholder {key} appears {text.count(key)} times in {text!r}")
         text = text.replace(key, sql)
