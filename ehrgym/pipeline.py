@@ -48,6 +48,7 @@ BASELINES: tuple[str, ...] = ("oracle", "credulous", "literal", "skeptic")
 DEFAULT_SPLIT = "test"
 MODEL_AGENTS: tuple[str, ...] = ("chat", "hf")   # agents whose runs are named after their model
 KERNEL_NAME = "python3"
+RESULT_STORE = ".results"  # under the runs directory: query results the baselines' runs share (out of `<runs>/*`)
 
 # the notebooks the pipeline executes, in order: the stages, then the teaching notebooks (the noise
 # explorer and the exercises), executed on the same database and benchmark so a shared executed copy
@@ -447,9 +448,12 @@ def run_agents(db_path: str | Path, bench_dir: str | Path, runs_dir: str | Path,
                       if v}
         out = Path(runs_dir) / run_name(agent, model if agent in MODEL_AGENTS else None)
         retire_stale_run(out, bench_dir, db_path)
+        # the scripted baselines share query results (credulous and literal run the same draft SQL on the same
+        # twins, the oracle the same gold on most); a model agent keeps its own, as reuse shows in its timings
+        store = None if agent in MODEL_AGENTS else Path(runs_dir) / RESULT_STORE
         summaries.append(run_evaluation(bench_dir, db_path, agent, out, k=k, workers=workers, agent_kwargs=kwargs,
                                         tasks={"split": split} if split else None, limit_pairs=limit_pairs,
-                                        seed=seed, progress=progress))
+                                        seed=seed, progress=progress, result_store=store))
     return summaries
 
 

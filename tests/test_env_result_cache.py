@@ -72,3 +72,63 @@ def test_key_depends_on_the_edit_of_each_table_read() -> None:
 
         cache.put(("k", i), QueryResult(columns=["x"], rows=[(i,)]))
     assert cache.get(("k", 0)) is None and cache.get(("k", 2)).rows == [(2,)]
+
+
+# ---------------------------------------------------------------------------------------------
+# the shared store: results reused across environments and runs, only over the same data, limits and code
+def _steps(env: EhrEnv, task: object, *queries: str) -> list[tuple[bool, object]]:
+    env.reset(task)
+    return [(s.info["cached"], s.observation.rows) for s in (env.step(SqlAction(q)) for q in queries)]
+
+
+def test_a_shared_store_serves_later_environments_only_over_identical_data(tiny_db: Path, tmp_path: Path) -> None:
+    store = tmp_path / "results"
+    config = EnvConfig(max_steps=10, python=False)
+    with EhrEnv(tiny_db, config) as plain:
+        (_, clean_rows), (_, patient_rows) = _steps(plain, last_creat_task(), LABS, PATIENTS)
+        noisy_rows = _steps(plain, missing_creat_task(), LABS)[0][1]
+    assert clean_rows != noisy_rows
+    with EhrEnv(tiny_db, config, result_store=store) as first:
+        assert [c for c, _ in _steps(first, last_creat_task(), LABS, PATIENTS)] == [False, False]
+    assert len(list(store.glob("*/*.pkl"))) == 1  # one shard, written when the environment closed
+    with EhrEnv(tiny_db, config, result_store=store) as second:
+        assert _steps(second, last_creat_task(), LABS, PATIENTS) == [(True, clean_rows), (True, patient_rows)]
+        # the noisy twin deletes labevents rows: its labevents query is run on its own data, never served the clean one
+        noisy = _steps(second, missing_creat_task(), LABS, PATIENTS)
+        assert noisy[0] == (False, noisy_rows) and noisy[1][0] is True
+    with EhrEnv(tiny_db, config, result_store=store) as third:  # what the second added is there too
+        assert _steps(third, missing_creat_task(), LABS) == [(True, noisy_rows)]
+    # other query limits are another namespace: nothing written under the first is read
+    from ehrgym.env.engine import SqlLimits
+
+    with EhrEnv(tiny_db, EnvConfig(max_steps=10, python=False, sql=SqlLimits(max_rows_shown=3)),
+                result_store=store) as other:
+        assert _steps(other, last_creat_task(), LABS)[0] == (False, clean_rows)
+    assert len([p for p in store.iterdir() if p.is_dir()]) == 2
+
+
+def test_the_namespace_names_the_database_the_limits_and_the_settings() -> None:
+    from ehrgym.env.engine import ConnectionSettings, SqlLimits
+    from ehrgym.env.resultcache import shared_namespace
+
+    base = shared_namespace("content:a", SqlLimits(), ConnectionSettings())
+    assert base == shared_namespace("content:a", SqlLimits(), ConnectionSettings())
+    assert base != shared_namespace("content:b", SqlLimits(), ConnectionSettings())
+    assert base != shared_namespace("content:a", SqlLimits(timeout_s=1.5), ConnectionSettings())
+    assert base != shared_namespace("content:a", SqlLimits(), ConnectionSettings(threads=2))
+
+
+def test_a_broken_shard_is_skipped_and_errors_are_never_shared(tmp_path: Path) -> None:
+    from ehrgym.env.engine import QueryResult
+    from ehrgym.env.resultcache import SharedResults
+
+    (tmp_path / "ns").mkdir()
+    (tmp_path / "ns" / "broken.pkl").write_bytes(b"not a pickle")
+    shared = SharedResults(tmp_path, "ns")
+    assert len(shared) == 0 and shared.shards == 0
+    cache = ResultCache(size=4, shared=shared)
+    cache.put(("ok",), QueryResult(columns=["x"], rows=[(1,)]))
+    cache.put(("bad",), QueryResult(error="boom", error_kind="database"))
+    assert shared.flush() is not None and shared.flush() is None  # nothing new the second time
+    again = ResultCache(size=4, shared=SharedResults(tmp_path, "ns"))
+    assert again.get(("ok",)).rows == [(1,)] and again.get(("bad",)) is None

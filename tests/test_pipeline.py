@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
@@ -234,3 +235,35 @@ def test_runs_of_another_build_are_kept_aside_and_the_run_starts_afresh(
     import glob
 
     assert [Path(p).name for p in glob.glob(str(runs / "*"))] == ["credulous"]  # out of a shell's runs/* glob
+
+
+def test_the_baselines_share_query_results_and_their_episodes_do_not_change(
+        tiny_bench: tuple[Path, pipeline.StageResult], synth_db: Path, tmp_path: Path) -> None:
+    from ehrgym.eval.runner import run_evaluation
+    from ehrgym.eval.store import EpisodeStore
+
+    timing = {"wall_seconds", "seconds", "gate_seconds", "db_seconds", "format_seconds", "cached", "run_id",
+              "reset_seconds"}
+
+    def without_timings(x: Any) -> Any:
+        if isinstance(x, dict):
+            return {k: without_timings(v) for k, v in x.items() if k not in timing}
+        return [without_timings(v) for v in x] if isinstance(x, list) else x
+
+    def episodes(run_dir: Path) -> dict[tuple[str, int], Any]:
+        return {r.key: without_timings(r.to_dict()) for r in EpisodeStore(run_dir).records()}
+
+    runs = tmp_path / "runs"
+    pipeline.run_agents(synth_db, tiny_bench[0], runs, ["credulous", "literal"], k=2, workers=1, limit_pairs=4,
+                        progress=False)
+    assert list((runs / pipeline.RESULT_STORE).glob("*/*.pkl"))  # the credulous run's results, kept for the next
+    literal = EpisodeStore(runs / "literal").records()
+    sql_steps = [s for r in literal for s in r.trajectory["steps"] if s["info"].get("tool") == "sql"]
+    # the literal agent runs the credulous agent's draft SQL on the same twins: every result comes from the store
+    assert sql_steps and all(s["info"]["cached"] for s in sql_steps)
+    alone = tmp_path / "alone"
+    run_evaluation(tiny_bench[0], synth_db, "literal", alone, k=2, workers=1, limit_pairs=4, progress=False)
+    trial0 = [s for r in EpisodeStore(alone).records() if r.trial == 0 for s in r.trajectory["steps"]
+              if s["info"].get("tool") == "sql"]
+    assert trial0 and not any(s["info"]["cached"] for s in trial0)
+    assert episodes(alone) == episodes(runs / "literal")

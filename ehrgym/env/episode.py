@@ -33,7 +33,7 @@ from ehrgym.env.actions import (ACTION_TYPES, Action, AnswerAction, PythonAction
 from ehrgym.env.gate import SqlGate
 from ehrgym.env.pool import ConnectionPool, ConnectionSettings
 from ehrgym.env.protocol import ActionParseError, parse_action, protocol_text
-from ehrgym.env.resultcache import ResultCache
+from ehrgym.env.resultcache import ResultCache, SharedResults, shared_namespace
 from ehrgym.env.sqltool import SqlLimits, format_outcome, query_frame, run_query
 from ehrgym.env.tools import tool_descriptions
 from ehrgym.env.trajectory import Trajectory, TrajectoryStep
@@ -204,7 +204,9 @@ class EhrEnv:
 
     def __init__(self, db_path: str | Path, config: EnvConfig = EnvConfig(), *,
                  pool: ConnectionPool | None = None, python_pool: Any = None,
-                 gate: SqlGate | None = None) -> None:
+                 gate: SqlGate | None = None, result_store: str | Path | None = None) -> None:
+        """``result_store``: a directory of query results shared with other environments and runs on this
+        database (:class:`~ehrgym.env.resultcache.SharedResults`; for scripted agents: reuse shows in timings)."""
         self.db_path = Path(db_path)
         self.config = config
         self._own_pool = pool is None
@@ -236,6 +238,9 @@ class EhrEnv:
         self._closed = False
         self._tools = ToolContext(self)
         self.results = ResultCache(size=config.result_cache)
+        if result_store is not None and config.result_cache > 0:
+            self.results.shared = SharedResults(result_store, shared_namespace(self._database_identity(), config.sql,
+                                                                               config.connection))
 
     # -- construction from a benchmark ----------------------------------------------------------
     @classmethod
@@ -253,6 +258,14 @@ class EhrEnv:
             raise
         env.benchmark = bench
         return env
+
+    def _database_identity(self) -> str:
+        """The database's content hash, else its file's resolved path, size and modification time."""
+        found = self.database_hash()
+        if found:
+            return f"content:{found}"
+        stat = self.db_path.stat()
+        return f"file:{self.db_path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
 
     def database_hash(self) -> str | None:
         try:
@@ -397,6 +410,11 @@ class EhrEnv:
         if self._closed:
             return
         self._closed = True
+        if self.results.shared is not None:
+            try:
+                self.results.shared.flush()
+            except OSError:  # a cache: what could not be written is only run again by the next environment
+                pass
         self._drop_worker()
         if self._python_pool is not None and self._own_python_pool:
             self._python_pool.close()

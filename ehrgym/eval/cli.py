@@ -63,13 +63,17 @@ def group() -> None:
               help="where episodes run: local processes/threads, or Ray actors (--workers of them)")
 @click.option("--address", default=None,
               help="Ray cluster address (e.g. auto, or ray://HEAD:10001); default: a local Ray instance")
+@click.option("--result-store", default=None, type=click.Path(file_okay=False),
+              help="directory of query results shared with other runs on this database (created; episodes are the "
+                   "same, only faster; reuse shows in timings, so meant for scripted agents)")
 @click.option("--no-progress", is_flag=True, default=False)
 def run_cmd(bench_dir: str, db_path: str, agent: str, out_dir: str, k: int, workers: int, model: str | None,
             base_url: str | None, prompt: str | None, no_tools: bool, temperature: float | None,
             top_p: float | None, max_tokens: int | None, model_seed: int | None, agent_args: tuple[str, ...],
             split: str | None, intent: str | None, variant: str | None, limit_pairs: int | None,
             max_steps: int | None, time_limit: float | None, seed: int, retry_errors: bool,
-            no_python: bool, python_unsafe: bool, backend: str, address: str | None, no_progress: bool) -> None:
+            no_python: bool, python_unsafe: bool, backend: str, address: str | None, result_store: str | None,
+            no_progress: bool) -> None:
     """Run AGENT on every task of the benchmark K times; episodes are appended to OUT/episodes.jsonl.
 
     With --backend ray the episodes run on Ray actors (a local instance, or the cluster at --address);
@@ -94,7 +98,8 @@ def run_cmd(bench_dir: str, db_path: str, agent: str, out_dir: str, k: int, work
     summary = run_evaluation(bench_dir, db_path, agent, out_dir, k=k, workers=workers, agent_kwargs=kwargs,
                              tasks=task_filter or None, limit_pairs=limit_pairs, env_config=env_config,
                              seed=seed, episode_time_limit=time_limit, retry_errors=retry_errors,
-                             progress=not no_progress, backend=backend, address=address)
+                             progress=not no_progress, backend=backend, address=address,
+                             result_store=result_store)
     pct = lambda v: "n/a" if v is None else f"{100 * v:.1f}%"  # noqa: E731
     click.echo(f"run {summary.run_id} in {summary.run_dir}: {summary.ran} episodes run, {summary.skipped} already "
                f"done, {summary.wall_seconds:.1f} s ({summary.episodes_per_second:.1f} ep/s)")

@@ -86,7 +86,8 @@ def run_ray(cfg: "WorkerConfig", todo: list[tuple[Any, int]], workers: int, stor
     elif address is not None:
         raise EhrGymError("Ray is already initialised in this process; drop --address or call ray.shutdown() first")
     # workers on other nodes open the database by its absolute path
-    cfg = WorkerConfig(**{**cfg.__dict__, "db_path": str(Path(cfg.db_path).resolve())})
+    cfg = WorkerConfig(**{**cfg.__dict__, "db_path": str(Path(cfg.db_path).resolve()),
+                           "result_store": str(Path(cfg.result_store).resolve()) if cfg.result_store else None})
     actor_cls = ray.remote(num_cpus=1, max_restarts=1, max_task_retries=1)(EpisodeActor)
     actors = [actor_cls.remote(cfg) for _ in range(max(1, workers))]
     chunks = iter(_chunks(todo, chunk_size))

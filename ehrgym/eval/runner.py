@@ -100,6 +100,7 @@ class WorkerConfig:
     seed: int
     episode_time_limit: float | None
     episode_retries: int
+    result_store: str | None = None  # a directory of query results shared across runs (EhrEnv's result_store)
 
 
 class EpisodeWorker:
@@ -112,7 +113,7 @@ class EpisodeWorker:
         env_config = dict(cfg.env_config)
         if cfg.episode_time_limit is not None:  # the environment owns the one wall-clock limit
             env_config["episode_timeout_s"] = cfg.episode_time_limit
-        self.env = EhrEnv(cfg.db_path, EnvConfig(**env_config))
+        self.env = EhrEnv(cfg.db_path, EnvConfig(**env_config), result_store=cfg.result_store)
         self.agent = make_agent(cfg.agent_name, **cfg.agent_kwargs)
         self._unsafe_label: str | None = None
         if cfg.env_config.get("python_unsafe"):
@@ -447,7 +448,8 @@ def run_evaluation(bench_dir: str | Path, db_path: str | Path, agent_name: str, 
                    env_config: dict[str, Any] | None = None, seed: int = 0,
                    episode_time_limit: float | None = None, episode_retries: int = 1,
                    retry_errors: bool = False, chunk_size: int | None = None,
-                   progress: bool = True, backend: str = "local", address: str | None = None) -> RunSummary:
+                   progress: bool = True, backend: str = "local", address: str | None = None,
+                   result_store: str | Path | None = None) -> RunSummary:
     """Run ``agent_name`` on the benchmark ``k`` times per task into ``out_dir`` (resumable).
 
     ``tasks`` selects tasks (a list of ids, a predicate on Task, or ``{"split": "test", ...}``),
@@ -455,6 +457,10 @@ def run_evaluation(bench_dir: str | Path, db_path: str | Path, agent_name: str, 
     re-runs episodes recorded as infrastructure errors (their new record supersedes the old).
     ``backend="ray"`` runs the episodes on ``workers`` Ray actors (a cluster at ``address``, or a
     local instance; :mod:`ehrgym.eval.ray_backend`); the store and its guarantees are the same.
+    ``result_store``: a directory of query results the workers read and add to, shared with other runs on this
+    database (:class:`~ehrgym.env.resultcache.SharedResults`). Episodes are the same with or without it (only
+    their timings and ``cached`` flags differ), so it is not part of the run's identity; reuse shows in timings,
+    so use it for scripted agents.
     """
     from ehrgym.bench.dataset import load_benchmark
 
@@ -517,7 +523,8 @@ def run_evaluation(bench_dir: str | Path, db_path: str | Path, agent_name: str, 
         todo = [(t, trial) for t in selected for trial in range(k) if (t.task_id, trial) not in done]
         planned = len(selected) * k
         cfg = WorkerConfig(str(db_path), agent_name, agent_kwargs, env_config, run_id, seed,
-                           episode_time_limit, episode_retries)
+                           episode_time_limit, episode_retries,
+                           str(result_store) if result_store is not None else None)
         bar = _Progress(len(todo), progress, f"{agent_name}{'/' + model if model else ''}")
         start = time.perf_counter()
         timings = {"setup_s": round(start - setup_start, 3)}
