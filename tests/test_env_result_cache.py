@@ -132,3 +132,47 @@ def test_a_broken_shard_is_skipped_and_errors_are_never_shared(tmp_path: Path) -
     assert shared.flush() is not None and shared.flush() is None  # nothing new the second time
     again = ResultCache(size=4, shared=SharedResults(tmp_path, "ns"))
     assert again.get(("ok",)).rows == [(1,)] and again.get(("bad",)) is None
+
+
+def test_with_a_store_the_views_are_re_pointed_only_when_a_query_needs_them(tiny_db: Path, tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from ehrgym.errors import InfrastructureError
+
+    store = tmp_path / "results"
+    config = EnvConfig(max_steps=10, python=False)
+    with EhrEnv(tiny_db, config, result_store=store) as first:
+        _steps(first, missing_creat_task(), LABS)
+    with EhrEnv(tiny_db, config, result_store=store) as env:
+        sent: list[str] = []
+        control = env.conn._control
+
+        def counted(op: str, *args: object) -> object:
+            sent.append(op)
+            return control(op, *args)
+
+        env.conn._control = counted  # type: ignore[method-assign]
+        # every query of this episode is in the store: its overlay is never sent to the query process
+        assert _steps(env, missing_creat_task(), LABS)[0][0] is True and "apply" not in sent
+        # a query the store does not hold: the views are re-pointed first, and it reads the episode's own data
+        env.reset(missing_creat_task())
+        noisy = env.step(SqlAction(LABS + " AND valuenum IS NOT NULL"))
+        assert sent == ["apply"] and noisy.info["cached"] is False
+        assert env.step(SqlAction("SELECT count(*) FROM labevents")).observation.rows != \
+            _count_on_clean(tiny_db)
+        # an overlay that does not fit the database fails at the query that needs it, as an infrastructure error
+        # (the runner retries the episode), and the next episode is served on a fresh connection
+        good = missing_creat_task()
+        bad = replace(good, noise=replace(good.noise, overlay=Overlay((
+            TableEdit("labevents", insert_rows=({"valuenum": float("inf")},)),))))
+        env.reset(bad)
+        with pytest.raises(InfrastructureError):
+            env.step(SqlAction("SELECT count(*) FROM labevents WHERE valuenum > 0"))
+        env.reset(last_creat_task())
+        assert env.step(SqlAction("SELECT count(*) FROM labevents")).observation.rows == _count_on_clean(tiny_db)
+
+
+def _count_on_clean(db: Path) -> object:
+    with EhrEnv(db, EnvConfig(max_steps=10, python=False)) as env:
+        env.reset(last_creat_task())
+        return env.step(SqlAction("SELECT count(*) FROM labevents")).observation.rows

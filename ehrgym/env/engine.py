@@ -325,8 +325,9 @@ class EpisodeConnection:
         self.dirty = False          # a query that can write the catalog (PIVOT) ran since the last restore
 
     # -- state ----------------------------------------------------------------------------------
-    def apply(self, overlay: Overlay) -> None:
-        """Point the views at ``overlay``, first restoring the catalog if a query ran since."""
+    def apply(self, overlay: Overlay, defer: bool = False) -> None:
+        """Point the views at ``overlay``, first restoring the catalog if a query ran since (``defer`` is for the
+        isolated connection's round trip; here re-pointing the same overlay is already free)."""
         if self.dirty:
             self.restore()
         self.session.apply(overlay)
@@ -415,10 +416,8 @@ class EpisodeConnection:
         return data
 
     def _note(self, sql: str) -> None:
-        """Mark the catalog for restoring when ``sql`` may add to it. An admitted query is one SELECT
-        (no CREATE, SET, macro or temp table: the gate refuses them and the settings are locked);
-        the one catalog write left is the enum type DuckDB creates for a ``PIVOT`` (or UNPIVOT)."""
-        if "pivot" in sql.lower():
+        """Mark the catalog for restoring when ``sql`` may add to it (:func:`may_write_catalog`)."""
+        if may_write_catalog(sql):
             self.dirty = True
 
     def raw(self, sql: str) -> list[tuple[Any, ...]]:
@@ -433,6 +432,13 @@ class EpisodeConnection:
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
+
+
+def may_write_catalog(sql: str) -> bool:
+    """Whether an admitted query may add to the catalog. An admitted query is one SELECT (no CREATE, SET, macro or
+    temp table: the gate refuses them and the settings are locked); the one catalog write left is the enum type
+    DuckDB creates for a ``PIVOT`` (or UNPIVOT)."""
+    return "pivot" in sql.lower()
 
 
 def _cap_preview(rows: list[tuple[Any, ...]], limits: SqlLimits) -> list[tuple[Any, ...]]:

@@ -303,7 +303,9 @@ class EhrEnv:
             self.pool.release(self.conn)
             self.conn = self.pool.acquire()
         try:
-            self.conn.apply(task.overlay)      # restores the catalog first if a query ran
+            # restores the catalog first if a query ran; with a shared result store (scripted baselines: many
+            # episodes whose every query is answered by it) the views are re-pointed only when a query needs them
+            self.conn.apply(task.overlay, defer=self.results.shared is not None)
             if not self.conn.healthy:
                 raise EnvironmentStateError("the episode connection could not be restored")
         except Exception:
@@ -474,6 +476,8 @@ class EhrEnv:
             return Observation(text=msg, kind="invalid", error=msg), {"tool": action.tool, "error": msg}
         try:
             return ACTION_HANDLERS[type(action)](self._tools, action)
+        except InfrastructureError:  # not the agent's doing (the episode's data could not be served): retried
+            raise
         except Exception as exc:  # noqa: BLE001 - nothing an agent sends may stop the episode or the run
             tool = getattr(action, "tool", "invalid")
             msg = (f"The environment could not run this {tool} call ({type(exc).__name__}: "

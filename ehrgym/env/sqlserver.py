@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from ehrgym.db.overlay import Overlay
-from ehrgym.env.engine import (Catalog, ConnectionSettings, QueryError, QueryResult, SqlLimits, Watchdog,
+from ehrgym.env.engine import (Catalog, ConnectionSettings, QueryError, QueryResult, SqlLimits, Watchdog, may_write_catalog,
                                database_profile, deadline_message, memory_message)
-from ehrgym.errors import DatabaseError, EhrGymError
+from ehrgym.errors import DatabaseError, EhrGymError, InfrastructureError
 
 _START_TIMEOUT_S = 60.0
 _CONTROL_TIMEOUT_S = 60.0
@@ -62,6 +62,7 @@ class IsolatedConnection:
         self._info_sql = info_sql
         self._lock = threading.Lock()
         self.overlay = Overlay()
+        self._pending = False           # self.overlay not yet sent to the child (apply)
         self.healthy = True
         self.dirty = False
         self.restarts = 0               # children killed or lost and replaced
@@ -180,28 +181,58 @@ class IsolatedConnection:
         raise value if isinstance(value, Exception) else DatabaseError(str(value))
 
     # -- the EpisodeConnection interface -----------------------------------------------------
-    def apply(self, overlay: Overlay) -> None:
-        self._control("apply", overlay)
-        self.overlay = overlay   # a restarted child starts with it
+    def apply(self, overlay: Overlay, defer: bool = False) -> None:
+        """Serve ``overlay``: the child re-points its views, restoring its catalog first if a query wrote to it.
+        ``defer``: only when a request first needs them (:meth:`_ready`), so an episode whose queries the result
+        cache answers never waits for it; an overlay that does not fit the database then fails at that request, as
+        an infrastructure error, instead of here."""
+        if self._pending or self.dirty or not self.alive or overlay != self.overlay:
+            self.overlay = overlay   # a restarted child starts with it
+            self._pending = True
+        # else: the same overlay again (the next trial of a task), nothing written to the catalog since: the child
+        # would neither restore nor re-point anything (EpisodeConnection.apply)
+        if self._pending and not defer:
+            self._pending = False
+            self._control("apply", overlay)
+            self.dirty = False
+
+    def _ready(self) -> None:
+        """Send the overlay :meth:`apply` left pending; a failure marks the connection unhealthy (the environment
+        replaces it at the next reset) and is raised as an infrastructure error (the runner retries the episode)."""
+        if not self._pending:
+            return
+        self._pending = False
+        try:
+            self._control("apply", self.overlay)
+        except Exception as exc:
+            self.healthy = False
+            raise InfrastructureError(f"the episode's data could not be served: {exc}") from exc
         self.dirty = False
 
     def catalog(self) -> Catalog:
+        self._ready()
         return self._control("catalog")
 
     def restore(self) -> bool:
+        self._ready()
         ok = bool(self._control("restore"))
         self.healthy = self.healthy and ok
+        self.dirty = False
         return ok
 
     def meta(self) -> dict[str, Any]:
         return self._control("meta")
 
     def raw(self, sql: str) -> list[tuple[Any, ...]]:
+        self._ready()
+        self.dirty = True  # kit SQL, not gated: it may write anything
         return self._control("raw", sql)
 
     def _query(self, op: str, sql: str, limits: SqlLimits) -> tuple[str, Any]:
         """Run ``op`` in the child under the kill deadline; a kill comes back as ("killed", (kind, message))."""
-        self.dirty = True
+        self._ready()
+        # as the child marks its own catalog for restoring (a fresh child after a kill starts restored)
+        self.dirty = self.dirty or may_write_catalog(sql)
         status, value = self._call(op, sql, limits, kill_after=limits.timeout_s + self.settings.kill_grace_s)
         if status == "killed":
             return status, self._kill_message(value, limits)
