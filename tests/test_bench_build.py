@@ -602,3 +602,36 @@ def test_inserted_rows_are_numbered_where_they_stand(small, synth_db):
     assert checked >= 50, checked
     assert not duplicated, (len(duplicated), duplicated[:3])
     assert not misplaced, (len(misplaced), misplaced[:3])
+
+
+def test_loading_the_same_benchmark_again_reads_nothing_until_a_file_changes(tmp_path: Path, small_bench: Path) -> None:
+    import shutil
+
+    from ehrgym.bench import dataset
+
+    copy = tmp_path / "bench"
+    shutil.copytree(small_bench, copy)
+    first = dataset.load_benchmark(copy)
+    calls: list[Path] = []
+    real = dataset._load_benchmark
+
+    def counted(path: Path, verify_hash: bool) -> dataset.Benchmark:
+        calls.append(path)
+        return real(path, verify_hash)
+
+    dataset._load_benchmark = counted  # type: ignore[assignment]
+    try:
+        again = dataset.load_benchmark(copy)
+        assert calls == [] and again.tasks == first.tasks and again.tasks is not first.tasks
+        again.manifest["content_hash"] = "changed by a caller"  # a caller's edit reaches nobody else
+        assert dataset.load_benchmark(copy).manifest == first.manifest and calls == []
+        # a file edited after the load (one byte, same size) is read and verified again
+        tasks = copy / "tasks.jsonl"
+        data = bytearray(tasks.read_bytes())
+        data[-2:-1] = b" " if data[-2:-1] != b" " else b"\t"
+        tasks.write_bytes(bytes(data))
+        with pytest.raises(BenchmarkError, match="does not match its manifest"):
+            dataset.load_benchmark(copy)
+        assert calls == [copy]
+    finally:
+        dataset._load_benchmark = real  # type: ignore[assignment]

@@ -13,6 +13,7 @@ The benchmark's content hash is the SHA-256 of ``tasks.jsonl``.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from collections import Counter, defaultdict
@@ -184,12 +185,37 @@ class Benchmark:
         return out
 
 
+_LAST_LOADED: list[tuple[tuple[Any, ...], Benchmark]] = []
+"""The benchmark this process loaded last, with the state of its directory's files then: loading it again while
+none of them changed (the pipeline evaluates four baselines on one benchmark) parses nothing."""
+
+
+def _directory_state(path: Path, verify_hash: bool) -> tuple[Any, ...]:
+    files = sorted(p for p in path.iterdir() if p.is_file())
+    return (str(path.resolve()), verify_hash, tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files))
+
+
 def load_benchmark(path: str | Path, verify_hash: bool = True) -> Benchmark:
-    """Load and validate a benchmark directory (clear errors on missing or malformed files)."""
+    """Load and validate a benchmark directory (clear errors on missing or malformed files).
+
+    Loading the benchmark loaded last again, with none of its directory's files changed since (size and
+    modification time), returns a new :class:`Benchmark` over the same (immutable) tasks without reading them."""
     path = Path(path)
     if not path.is_dir():
         raise BenchmarkError(f"benchmark directory {path} does not exist; build one with "
                              f"`ehrgym bench build --db DB --out {path}`")
+    state = _directory_state(path, verify_hash)
+    if _LAST_LOADED and _LAST_LOADED[0][0] == state:
+        last = _LAST_LOADED[0][1]
+        return Benchmark(path, list(last.tasks), copy.deepcopy(last.manifest), copy.deepcopy(last.card))
+    bench = _load_benchmark(path, verify_hash)
+    if _directory_state(path, verify_hash) == state:  # unchanged while it was read
+        _LAST_LOADED[:] = [(state, Benchmark(path, list(bench.tasks), copy.deepcopy(bench.manifest),
+                                             copy.deepcopy(bench.card)))]
+    return bench
+
+
+def _load_benchmark(path: Path, verify_hash: bool) -> Benchmark:
     manifest_path = path / "manifest.json"
     tasks_path = path / "tasks.jsonl"
     for p in (manifest_path, tasks_path):
