@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections import Counter
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -19,6 +17,7 @@ from ehrgym.bench.dataset import write_benchmark
 from ehrgym.bench.splits import assign_splits
 from ehrgym.bench.task import Task
 from ehrgym.bench.templates.base import Template
+from ehrgym.codehash import source_digest
 
 
 # the code that decides what a build contains: the builder, templates, noise and validity checks, and the
@@ -26,17 +25,10 @@ from ehrgym.bench.templates.base import Template
 BUILDER_SOURCES = ("bench", "db", "vocab.py")
 
 
-@lru_cache(maxsize=1)
 def builder_code_hash() -> str:
     """sha256 over the source files of :data:`BUILDER_SOURCES` (paths and bytes): a benchmark built by
     other code is not reused (``ehrgym.pipeline.benchmark_mismatch``), however equal its config."""
-    root = Path(__file__).resolve().parents[1]
-    files = sorted(f for s in BUILDER_SOURCES for f in ((root / s).rglob("*.py") if (root / s).is_dir()
-                                                          else [root / s]))
-    digest = hashlib.sha256()
-    for f in files:
-        digest.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
-    return digest.hexdigest()
+    return source_digest(BUILDER_SOURCES)
 
 
 @dataclass

@@ -191,8 +191,8 @@ none of them changed (the pipeline evaluates four baselines on one benchmark) pa
 
 
 def _directory_state(path: Path, verify_hash: bool) -> tuple[Any, ...]:
-    files = sorted(p for p in path.iterdir() if p.is_file())
-    return (str(path.resolve()), verify_hash, tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files))
+    stats = sorted((p.name, p.stat()) for p in path.iterdir() if p.is_file())
+    return (str(path.resolve()), verify_hash, tuple((name, st.st_size, st.st_mtime_ns) for name, st in stats))
 
 
 def load_benchmark(path: str | Path, verify_hash: bool = True) -> Benchmark:

@@ -105,7 +105,7 @@ class ResultCache:
 
 SHARED_FORMAT = 1
 """Version of the shard files' layout (part of the namespace)."""
-_RESULT_CODE = ("env", "db")
+RESULT_CODE = ("env", "db")
 """Packages of ehrgym whose source shapes a query's result (gate, engine, query process, overlay views): part of the
 namespace, so that results written by other code are never read."""
 
@@ -116,13 +116,10 @@ def shared_namespace(db_identity: str, limits: Any, settings: Any) -> str:
     ``ehrgym.db``."""
     import duckdb
 
-    root = Path(__file__).resolve().parents[1]
-    code = hashlib.sha256()
-    for package in _RESULT_CODE:
-        for path in sorted((root / package).rglob("*.py")):
-            code.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+    from ehrgym.codehash import source_digest
+
     named = {"format": SHARED_FORMAT, "db": db_identity, "limits": asdict(limits), "settings": asdict(settings),
-             "duckdb": duckdb.__version__, "code": code.hexdigest()}
+             "duckdb": duckdb.__version__, "code": source_digest(RESULT_CODE)}
     return hashlib.sha256(json.dumps(named, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 

@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from ehrgym.db.overlay import Overlay
-from ehrgym.env.engine import (Catalog, ConnectionSettings, QueryError, QueryResult, SqlLimits, Watchdog, may_write_catalog,
-                               database_profile, deadline_message, memory_message)
+from ehrgym.env.engine import (Catalog, ConnectionSettings, QueryError, QueryResult, SqlLimits, Watchdog,
+                               database_profile, deadline_message, may_write_catalog, memory_message)
 from ehrgym.errors import DatabaseError, EhrGymError, InfrastructureError
 
 _START_TIMEOUT_S = 60.0
@@ -192,22 +192,22 @@ class IsolatedConnection:
         # else: the same overlay again (the next trial of a task), nothing written to the catalog since: the child
         # would neither restore nor re-point anything (EpisodeConnection.apply)
         if self._pending and not defer:
-            self._pending = False
-            self._control("apply", overlay)
-            self.dirty = False
+            self._send_overlay()
+
+    def _send_overlay(self) -> None:
+        self._pending = False
+        self._control("apply", self.overlay)
+        self.dirty = False
 
     def _ready(self) -> None:
         """Send the overlay :meth:`apply` left pending; a failure marks the connection unhealthy (the environment
         replaces it at the next reset) and is raised as an infrastructure error (the runner retries the episode)."""
-        if not self._pending:
-            return
-        self._pending = False
-        try:
-            self._control("apply", self.overlay)
-        except Exception as exc:
-            self.healthy = False
-            raise InfrastructureError(f"the episode's data could not be served: {exc}") from exc
-        self.dirty = False
+        if self._pending:
+            try:
+                self._send_overlay()
+            except Exception as exc:
+                self.healthy = False
+                raise InfrastructureError(f"the episode's data could not be served: {exc}") from exc
 
     def catalog(self) -> Catalog:
         self._ready()
