@@ -109,7 +109,7 @@ def test_the_sql_reply_quantum_hides_what_a_cell_could_time(tiny, synth_db):
 def test_real_twins_time_alike_in_cells_with_the_default_limits(tiny, synth_db):
     """A build's own twins through episodes with the Python tool's default limits: every sql() call a cell times
     takes whole quanta (the default is not 0), and within a quantum the reply's time says nothing of the query's cost
-    (a part of the cost as small as 1 % paid after the hold gives a rank correlation of 0.68; it read 0.21 at most under load).
+    (between the twins of a pair: what the noise adds to a query's cost must not show in the reply's residue).
 
     What the quantum does not hide, by design, is a cost difference that crosses a quantum boundary: a noisy twin's
     view carries its background's edits plus the noise's, so it is never cheaper, and under the shared machine's
@@ -150,12 +150,16 @@ def test_real_twins_time_alike_in_cells_with_the_default_limits(tiny, synth_db):
         late = [r for r in late if (r.pair_id.split("#")[0], r.noisy) not in redeemed]
     assert not late, sorted(r.best_ms for r in rows)
 
-    # within its quantum the reply's residue (send and unpickle) is read by the cell to the microsecond: it must
-    # not follow what the query cost (timed without the quantum in the same run). Any part of the cost paid after
-    # the hold, too small for the whole-quanta tolerance, makes the two move together
+    # within its quantum the reply's residue (send and unpickle) is read by the cell to the microsecond: between the
+    # twins of a pair (the same question on the same table) it must not follow what the noise added to the query's
+    # cost (timed without the quantum in the same run). Across pairs the residue may follow the table read (a larger
+    # table's query leaves the reply slightly slower: rank correlation 0.58-0.80 over all replies on a quiet machine,
+    # where the twins' differences correlated at -0.09-0.24): that names the table, which the agent chose to read
     cost = {(r.pair_id, r.noisy): r.best_ms for r in time_episodes_env(synth_db, pairs, repeats=3, quantum_ms=0)}
-    on_time = [r for r in rows if whole_quanta(r.best_ms)]
-    residues = [residue(r.best_ms) for r in on_time]
-    costs = [cost[(r.pair_id.split("#")[0], r.noisy)] for r in on_time]
-    rho = spearmanr(costs, residues).statistic
-    assert rho < 0.5, (rho, sorted(zip(costs, residues)))
+    by_twin = {(r.pair_id, r.noisy): residue(r.best_ms) for r in rows if whole_quanta(r.best_ms)}
+    both = sorted({p for p, _ in by_twin if (p, True) in by_twin and (p, False) in by_twin})
+    assert len(both) >= len(rows) // 4, (len(both), len(rows))
+    residue_gap = [by_twin[(p, True)] - by_twin[(p, False)] for p in both]
+    cost_gap = [cost[(p.split("#")[0], True)] - cost[(p.split("#")[0], False)] for p in both]
+    rho = spearmanr(cost_gap, residue_gap).statistic
+    assert rho < 0.5, (rho, sorted(zip(cost_gap, residue_gap)))
