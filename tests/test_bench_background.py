@@ -153,37 +153,3 @@ def test_the_cached_item_and_subject_lookups_match_the_database(verifier, monkey
     assert cached.item_rows("labevents", ("no such item",)).shape == (0, 2)
     assert checked == 15
 
-
-def test_the_remembered_locality_proofs_are_the_proofs(pairs, verifier, monkeypatch):
-    """A candidate's clean SQL is proven again for every subtype tried on it, so the maker remembers proofs by SQL
-    text (and the patient's ids); what it answers must be what the proofs answer, whatever it keeps or drops."""
-    import ehrgym.bench.background as background
-    from ehrgym.bench.locality import reads_only_patient, row_filters
-
-    calls = {"filters": 0, "local": 0}
-
-    def counted(name, fn):
-        def wrapped(*args):
-            calls[name] += 1
-            return fn(*args)
-        return wrapped
-
-    monkeypatch.setattr(background, "row_filters", counted("filters", row_filters))
-    monkeypatch.setattr(background, "reads_only_patient", counted("local", reads_only_patient))
-    monkeypatch.setattr(background, "PROOFS_KEPT", 16)
-    maker = background.BackgroundMaker(verifier)
-    asked = sorted({(sql, s) for tw in pairs for t in tw.values() for s in t.meta.get("subject_ids", [])[:1]
-                    for sql in (t.gold_sql, t.naive_sql) if sql})
-    assert len(asked) > 20
-    # each SQL with its own patient (often proven) and another (never), the first five asked again while kept and
-    # once dropped
-    for sql, subject in asked[:5] + asked + asked[:5]:
-        for ids in ({"subject_id": {subject}}, {"subject_id": {subject + 1}}):
-            assert maker._row_filters(sql) == row_filters(sql, background.TABLES)
-            assert maker._reads_only_patient(sql, ids) == reads_only_patient(sql, background.TABLES, ids)
-    sqls = {sql for sql, _ in asked}
-    assert calls["local"] == 2 * (len(asked) + 5)
-    assert len(sqls) + 5 <= calls["filters"] <= len(asked) + 5
-    assert len(maker._filters) == len(maker._local) == 16
-    assert any(reads_only_patient(sql, background.TABLES, {"subject_id": {s}}) for sql, s in asked)
-    assert any(maker._row_filters(sql) is not None for sql in sqls)  # the proofs compared prove something

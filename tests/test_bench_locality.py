@@ -219,3 +219,34 @@ def test_changed_rows_are_the_rows_an_edit_deletes_and_stores(synth_db, deleted)
         assert changed_rows_sql(table_spec(table), "base", TableEdit(table)) is None
     finally:
         verifier.close()
+
+
+def test_the_remembered_proofs_are_the_proofs(built):
+    """A build proves a candidate's clean SQL again for every subtype tried on it, so the proofs are remembered by SQL
+    text, tables and ids: what they answer must be what proving again answers, for every gold and naive SQL of a
+    build with its own patient (often proven) and another (never), and a caller's change to a returned condition list
+    must reach no later caller."""
+    from ehrgym.bench import locality
+
+    locality._row_filters.cache_clear()
+    locality._reads_only_patient.cache_clear()
+    asked = sorted({(sql, s) for t in built for s in t.meta.get("subject_ids", [])[:1]
+                    for sql in (t.gold_sql, t.naive_sql) if sql})
+    assert len(asked) > 20
+    for _ in range(2):  # the second round is answered from memory
+        for sql, subject in asked:
+            for ids in ({"subject_id": {subject}}, {"subject_id": {subject + 1}, "hadm_id": set()}):
+                fresh = locality._reads_only_patient.__wrapped__(
+                    sql, frozenset(TABLES), tuple((k, frozenset(ids.get(k, ()))) for k in locality.KEYS))
+                assert reads_only_patient(sql, TABLES, ids) == fresh
+            found = locality._row_filters.__wrapped__(sql, frozenset(TABLES))
+            assert row_filters(sql, TABLES) == (None if found is None else {k: list(v) for k, v in found.items()})
+    sqls = {sql for sql, _ in asked}
+    assert locality._row_filters.cache_info().misses == len(sqls)
+    assert locality._reads_only_patient.cache_info().misses == 2 * len(asked)
+    assert any(reads_only_patient(sql, TABLES, {"subject_id": {s}}) for sql, s in asked)
+    proven = next(sql for sql in sorted(sqls) if row_filters(sql, TABLES))
+    got = row_filters(proven, TABLES)
+    table = next(iter(got))
+    got[table].append("FALSE")
+    assert "FALSE" not in row_filters(proven, TABLES)[table]

@@ -79,7 +79,6 @@ CACHED_ROWS = 50_000_000
 # row): a template's noise edits the same few items pair after pair, and a common lab's rows run to hundreds of
 # thousands at 10k patients (sorting them again took ~20 ms a pair)
 POOLED_ROWS = 4_000_000
-PROOFS_KEPT = 4096  # locality proofs kept per process, by SQL text (a few KB each)
 
 
 class BackgroundMaker:
@@ -94,9 +93,6 @@ class BackgroundMaker:
         self._asked: dict[tuple[str, tuple[str, ...]], np.ndarray] = {}
         self._item_pools: dict[tuple[str, tuple[str, ...]], np.ndarray] = {}
         self._pooled = 0
-        # locality proofs by SQL text: a candidate's clean SQL is checked again for every subtype tried on it
-        self._filters: dict[str, dict[str, list[str]] | None] = {}
-        self._local: dict[tuple[str, tuple[tuple[str, tuple[int, ...]], ...]], bool] = {}
 
     def subjects(self, table: str) -> np.ndarray | None:
         """``subject_id`` of every row of ``table`` by rowid (-1 where NULL), read once per process; None for a
@@ -292,9 +288,9 @@ class BackgroundMaker:
         tables = sorted(t for t in set(noise.tables) | {evidence_table} if t in TABLES)
         unique: dict[tuple[str, int], tuple[Overlay, list[tuple[Any, ...]]]] = {}
         for sql, overlay, rows in checks:  # the same query on the same data is checked once
-            if patient_ids is None or not self._reads_only_patient(sql, patient_ids):
+            if patient_ids is None or not reads_only_patient(sql, TABLES, patient_ids):
                 unique.setdefault((sql, 0 if overlay.is_empty else id(overlay)), (overlay, rows))
-        filters = {sql: self._row_filters(sql) for sql in dict.fromkeys(sql for sql, _ in unique)}
+        filters = {sql: row_filters(sql, TABLES) for sql in dict.fromkeys(sql for sql, _ in unique)}
         wanted: dict[str, set[str]] = {}
         for found in filters.values():
             for table, conditions in (found or {}).items():
@@ -317,24 +313,6 @@ class BackgroundMaker:
             return Overlay(), "none"
         picked = sorted({unread[int(i)] for i in rng.integers(0, len(unread), size=2)})
         return self.draw(rng, picked, subjects, noise, copies=False), "unread_tables"
-
-    def _row_filters(self, sql: str) -> dict[str, list[str]] | None:
-        """:func:`~ehrgym.bench.locality.row_filters` of ``sql`` over ``TABLES``, remembered (never changed by a
-        caller); the oldest dropped past ``PROOFS_KEPT``."""
-        if sql not in self._filters:
-            if len(self._filters) >= PROOFS_KEPT:
-                self._filters.pop(next(iter(self._filters)))
-            self._filters[sql] = row_filters(sql, TABLES)
-        return self._filters[sql]
-
-    def _reads_only_patient(self, sql: str, ids: dict[str, set[int]]) -> bool:
-        """:func:`~ehrgym.bench.locality.reads_only_patient` of ``sql`` over ``TABLES`` and ``ids``, remembered."""
-        key = (sql, tuple(sorted((k, tuple(sorted(v))) for k, v in ids.items())))
-        if key not in self._local:
-            if len(self._local) >= PROOFS_KEPT:
-                self._local.pop(next(iter(self._local)))
-            self._local[key] = reads_only_patient(sql, TABLES, ids)
-        return self._local[key]
 
     def reads_none(self, background: Overlay, filters: dict[str, list[str]] | None, met: dict[tuple[str, str], bool],
                    wanted: dict[str, set[str]] | None = None) -> bool:

@@ -47,16 +47,26 @@ ORDERED: tuple[type[exp.Expression], ...] = (exp.Order, exp.Limit, exp.Fetch, ex
 EXACT_AGGREGATES: tuple[type[exp.Expression], ...] = (exp.Count, exp.Min, exp.Max, exp.Sum, exp.Avg)
 
 
+PROOFS_KEPT = 4096
+"""Proofs remembered per process, by SQL text (and tables, ids): a build proves a candidate's clean SQL again for
+every subtype tried on it."""
+
+
 def reads_only_patient(sql: str, tables: Iterable[str], ids: Mapping[str, Iterable[int]]) -> bool:
     """True when every read of ``tables`` in ``sql`` is restricted to rows whose ``subject_id``, ``hadm_id`` or
     ``stay_id`` is one of ``ids[column]`` (see the module docstring); False when that cannot be shown."""
+    allowed = tuple((k, frozenset(int(v) for v in ids.get(k, ()))) for k in KEYS)
+    return _reads_only_patient(sql, frozenset(t.lower() for t in tables), allowed)
+
+
+@functools.lru_cache(maxsize=PROOFS_KEPT)
+def _reads_only_patient(sql: str, edited: frozenset[str], ids: tuple[tuple[str, frozenset[int]], ...]) -> bool:
     tree = _parsed(sql)
     if not isinstance(tree, exp.Query):
         return False
     if not _order_free(tree) or not _no_dense_ids(tree):
         return False
-    allowed = {k: {int(v) for v in ids.get(k, ())} for k in KEYS}
-    edited = {t.lower() for t in tables}
+    allowed = {k: set(v) for k, v in ids}
     ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
     for table in (t for t in tree.find_all(exp.Table) if t.name.lower() not in ctes):
         if table.name.lower() in edited and not _restricted(table, allowed):
@@ -174,12 +184,18 @@ def row_filters(sql: str, tables: Iterable[str]) -> dict[str, list[str]] | None:
     A row meeting none of its table's conditions is never read: deleting it, or storing a copy of it, leaves the
     query's result as it is. None when that cannot be shown (see :func:`reads_only_patient`: order-dependent SQL,
     a dense row id, a RIGHT/FULL join, a read that is not a direct FROM/JOIN source, SQL sqlglot cannot parse)."""
+    found = _row_filters(sql, frozenset(t.lower() for t in tables))
+    return None if found is None else {table: list(conditions) for table, conditions in found.items()}
+
+
+@functools.lru_cache(maxsize=PROOFS_KEPT)
+def _row_filters(sql: str, edited: frozenset[str]) -> dict[str, tuple[str, ...]] | None:
+    """:func:`row_filters`, remembered (callers get a copy)."""
     from ehrgym.db.schema import table_spec
 
     tree = _parsed(sql)
     if not isinstance(tree, exp.Query) or not _order_free(tree) or not _no_dense_ids(tree):
         return None
-    edited = {t.lower() for t in tables}
     ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
     out: dict[str, list[str]] = {}
     for table in tree.find_all(exp.Table):
@@ -213,7 +229,7 @@ def row_filters(sql: str, tables: Iterable[str]) -> dict[str, list[str]] | None:
             terms += more
             node = outer
         out.setdefault(name, []).append(" AND ".join(terms) or "TRUE")
-    return out
+    return {table: tuple(conditions) for table, conditions in out.items()}
 
 
 def _alias_in(select: Any, node: Any) -> str | None:
