@@ -68,7 +68,7 @@ def _pairs(tasks, subtype):
 # was rewritten: 0.55, 0.72, majority + 0.12 (query-level + 0.13). On the `paper` build (1k
 # patients, seed 0) the query-level probe reads 0.539 (0.497-0.581; out of scope 0.58) since
 # out-of-scope twins open with a clause of the course and ask beyond it; 0.603 (out of scope 0.79)
-# before: see the README.
+# before: see docs/history.md ("The text probe, design by design").
 
 
 def test_question_text_does_not_reveal_the_variant(validity):
