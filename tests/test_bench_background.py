@@ -152,4 +152,3 @@ def test_the_cached_item_and_subject_lookups_match_the_database(verifier, monkey
         assert cached._subject_of(table, rowids) == asked._subject_of(table, rowids)
     assert cached.item_rows("labevents", ("no such item",)).shape == (0, 2)
     assert checked == 15
-

@@ -290,7 +290,7 @@ class BackgroundMaker:
         for sql, overlay, rows in checks:  # the same query on the same data is checked once
             if patient_ids is None or not reads_only_patient(sql, TABLES, patient_ids):
                 unique.setdefault((sql, 0 if overlay.is_empty else id(overlay)), (overlay, rows))
-        filters = {sql: row_filters(sql, TABLES) for sql in dict.fromkeys(sql for sql, _ in unique)}
+        filters = {sql: row_filters(sql, TABLES) for sql, _ in unique}
         wanted: dict[str, set[str]] = {}
         for found in filters.values():
             for table, conditions in (found or {}).items():
