@@ -1,8 +1,9 @@
 """Where the build's verification time goes: the overlaid queries a build runs, replayed three ways.
 
 Builds a config (``small`` by default, one process) on a database while recording every query the pair verifier
-runs on an overlay (the noise check, the background check, the decoy check), then replays them on one connection:
-re-pointing the views (apply), the query on the overlaid views, and the same query on the base tables. The last is
+runs on an overlay (the noise check, the background check, the decoy check), then replays them on the verifier's
+connections: re-pointing the views (apply), the query on the overlaid views (for a query no row order can change,
+those serving inserted rows last, as the verifier reads it), and the same query on the base tables. The last is
 the floor no view design can go under: what per-pair verification costs with a free overlay. Prints the sums per
 caller and the ratios, and the floor scaled to the ``paper`` config's pairs against the 120 s target (2 cores).
 
@@ -62,23 +63,25 @@ def main() -> None:
     ensure_synthetic(args.db, 10_000)  # as bench_build.py builds it (again for a new generator)
 
     from ehrgym.bench.configs import get_config
-    from ehrgym.db.overlay import Overlay, overlay_connection
-    from ehrgym.db.schema import search_path_sql
+    from ehrgym.bench.locality import order_free
+    from ehrgym.bench.verify import PairVerifier
+    from ehrgym.db.overlay import Overlay
 
     log, pairs = record(args.db, args.config)
-    con, session = overlay_connection(args.db, 1)
-    base = con.cursor()
-    base.execute("USE base")
-    base.execute(search_path_sql("base"))
+    # the verifier's own connections: ordered views, views serving inserted rows last (for order-free queries, as
+    # the verifier reads them) and the base tables
+    verifier = PairVerifier(args.db)
     runs: list[dict[str, list[float]]] = []
     for _ in range(args.repeat):
         sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0])
         for caller, sql, overlay in log:
             s = sums[caller]
+            free = order_free(sql)
+            session, con = (verifier.free_session, verifier.free_con) if free else (verifier.session, verifier.con)
             start = time.perf_counter()
             session.apply(overlay)
             s[0] += time.perf_counter() - start
-            for i, cur in ((1, con), (2, base)):
+            for i, cur in ((1, con), (2, verifier.clean_con)):
                 start = time.perf_counter()
                 try:
                     cur.execute(sql).fetchall()
@@ -86,9 +89,10 @@ def main() -> None:
                     pass
                 s[i] += time.perf_counter() - start
             s[3] += 1
-        session.apply(Overlay())
+        verifier.session.apply(Overlay())
+        verifier.free_session.apply(Overlay())
         runs.append(dict(sums))
-    con.close()
+    verifier.close()
 
     def med(caller: str, i: int) -> float:
         return statistics.median(r[caller][i] for r in runs)

@@ -12,7 +12,7 @@ from ehrgym.bench.noise.values import finite
 from ehrgym.bench.sampling import sample_candidates
 from ehrgym.bench.templates.registry import all_templates
 from ehrgym.bench.verify import PairVerifier
-from ehrgym.db.overlay import Overlay, TableEdit
+from ehrgym.db.overlay import Overlay, TableEdit, overlay_connection
 
 
 @pytest.fixture(scope="module")
@@ -57,10 +57,51 @@ def test_clean_queries_read_the_clean_database_while_an_overlay_shadows_it(verif
     overlay = Overlay((TableEdit("labevents", tuple(range(0, 40, 2)), (), (), None),))
     assert verifier.rows(count, overlay)[0][0] == clean_count[0][0] - 20
     assert verifier.rows(count) == clean_count
-    # the overlay still shadows the first connection: a clean query did not re-point its views
-    assert verifier.con.execute(count).fetchall()[0][0] == clean_count[0][0] - 20
+    # the overlay still shadows the overlaid views (a count reads the unordered ones): a clean query did not re-point
+    assert verifier.free_con.execute(count).fetchall()[0][0] == clean_count[0][0] - 20
     assert verifier.clean_con.execute(scan).fetchall() == clean_scan
     assert verifier.rows(count, overlay)[0][0] == clean_count[0][0] - 20
+    assert len(verifier.rows(scan, overlay)) == 2000
+    assert verifier.con.execute(count).fetchall()[0][0] == clean_count[0][0] - 20
+
+
+def _inserting_overlay(verifier) -> Overlay:
+    """Deletions and copies of labevents rows (a dense id renumbered) anchored in the middle of the table."""
+    cur = verifier.clean_con.execute("SELECT rowid, * FROM mimiciv_hosp.labevents WHERE valuenum IS NOT NULL "
+                                     "ORDER BY rowid LIMIT 12 OFFSET 500")
+    names = [d[0] for d in cur.description]
+    rows = [dict(zip(names, r)) for r in cur.fetchall()]
+    copies, anchors = [], []
+    for row in rows[::3]:
+        anchors.append(int(row.pop("rowid")))
+        copies.append({k: (str(v) if k.endswith("time") and v is not None else v) for k, v in row.items()}
+                      | {"valuenum": float(row["valuenum"]) * 10})
+    deleted = tuple(int(r["rowid"]) for r in rows[1::3])
+    return Overlay((TableEdit("labevents", deleted, tuple(copies), tuple(anchors), "labevent_id"),))
+
+
+def test_order_free_queries_read_the_same_rows_with_the_inserted_ones_last(verifier, synth_db):
+    overlay = _inserting_overlay(verifier)
+    item = overlay.edits[0].insert_rows[0]["itemid"]
+    scan = f"SELECT labevent_id, valuenum FROM mimiciv_hosp.labevents WHERE itemid = {item}"  # rows in scan order
+    ordered = verifier.rows(scan, overlay)
+    con, session = overlay_connection(synth_db)  # an episode's connection
+    session.apply(overlay)
+    assert con.execute(scan).fetchall() == ordered  # a query that is not order-free reads the rows as an episode does
+    con.close()
+    # the unordered views (an order-free query points them at the overlay): the same rows and ids, the inserted ones
+    # (ten times a base value) at the end
+    verifier.rows("SELECT count(*) FROM mimiciv_hosp.labevents", overlay)
+    unordered = verifier.free_con.execute(scan).fetchall()
+    assert sorted(unordered) == sorted(ordered) and unordered != ordered
+    copies = {round(float(r["valuenum"]), 6) for r in overlay.edits[0].insert_rows if r["itemid"] == item}
+    assert {round(v, 6) for _, v in unordered[-len(copies):]} == copies
+    for sql in (f"SELECT count(*), sum(labevent_id), max(valuenum), min(charttime) FROM mimiciv_hosp.labevents "
+                f"WHERE itemid = {item}",
+                f"SELECT round(avg(valuenum), 6) FROM mimiciv_hosp.labevents WHERE itemid = {item}"):
+        got = verifier.rows(sql, overlay)  # an order-free query reads the unordered views
+        assert got == verifier.con.execute(sql).fetchall()  # what the ordered views give
+        assert got != verifier.rows(sql)  # and the overlay is there
 
 
 def test_tied_rows_are_read_in_one_order_as_an_episode_reads_them(verifier):

@@ -74,6 +74,25 @@ def _reads_only_patient(sql: str, edited: frozenset[str], ids: tuple[tuple[str, 
     return True
 
 
+@functools.lru_cache(maxsize=PROOFS_KEPT)
+def order_free(sql: str) -> bool:
+    """True when ``sql``'s result cannot depend on the order its tables' rows are read in, but for a float sum's
+    last bit: no ``ORDERED`` construct, ``DISTINCT ON`` or function sqlglot does not know (an aggregate such as
+    ``mode()`` may pick among ties), aggregates only count, min, max, sum and avg, and one result row at most (an
+    aggregate over the whole query, no GROUP BY, set operation or row source at the top), so not even the order of
+    its result rows can move. False when that cannot be shown (the pair verifier then serves rows in scan order)."""
+    tree = _parsed(sql)
+    if not isinstance(tree, exp.Select) or not _order_free(tree):
+        return False
+    if any(True for _ in tree.find_all(exp.Anonymous)) or any(d.args.get("on") for d in tree.find_all(exp.Distinct)):
+        return False
+    if tree.args.get("group") or not tree.expressions:
+        return False
+    if not (tree.args.get("from") or tree.args.get("from_")):
+        return True  # scalar subqueries only: one row
+    return all(any(f.find_ancestor(exp.Select) is tree for f in e.find_all(exp.AggFunc)) for e in tree.expressions)
+
+
 @functools.lru_cache(maxsize=512)
 def _parsed(sql: str) -> Any:
     """``sql``'s tree (None: sqlglot cannot parse it), shared by both proofs of a check; never changed in place."""

@@ -2,7 +2,9 @@
 
 The verifier owns an in-memory DuckDB connection with the benchmark database attached read-only
 as ``base`` and an :class:`~ehrgym.db.overlay.OverlaySession` whose views shadow the 31 tables —
-exactly how the environment serves an episode. A pair is kept only if
+exactly how the environment serves an episode (a query whose result no row order can change reads a
+second set of views that serve inserted rows after the base rows, in one scan: the same rows, so the same
+result, but for a float sum's last bit). A pair is kept only if
 
 1. the clean gold SQL gives a meaningful (non-null, non-empty) answer on the clean evidence;
 2. the noise traps a credulous agent: the naive SQL (the clean gold SQL of the noisy question)
@@ -30,7 +32,8 @@ from typing import Any
 import duckdb
 
 from ehrgym.bench.answers import AnswerSpec, NotComparable, answers_match, gold_from_rows, parse_datetime
-from ehrgym.db.overlay import Overlay, overlay_connection
+from ehrgym.bench.locality import order_free
+from ehrgym.db.overlay import Overlay, OverlaySession, overlay_connection
 from ehrgym.db.schema import search_path_sql
 
 
@@ -117,6 +120,16 @@ class PairVerifier:
         self.clean_con = self.con.cursor()
         self.clean_con.execute("USE base")
         self.clean_con.execute(search_path_sql("base"))
+        # Overlaid queries whose result no row order can change (ehrgym.bench.locality.order_free: one aggregate
+        # row, no ORDER BY, LIMIT or window) read views in a catalog of their own that serve the inserted rows after
+        # the base rows: one scan instead of the rowid ranges that put them where a base row would be (1.5x less
+        # time on those queries, 1.29x on all overlaid ones, in a replay of a 10k-patient build's).
+        self.con.execute("ATTACH ':memory:' AS unordered")
+        self.free_con = self.con.cursor()
+        self.free_con.execute("USE unordered")
+        self.free_session = OverlaySession(self.free_con, ordered=False)
+        self.free_con.execute(search_path_sql("unordered"))
+        self._free_overlay = Overlay()
 
     @contextmanager
     def threads(self, n: int) -> Iterator[None]:
@@ -144,6 +157,11 @@ class PairVerifier:
             if sql in self._clean_rows:  # the clean database never changes
                 return self._clean_rows[sql]
             result = self.clean_con.execute(sql).fetchall()
+        elif order_free(sql):  # the same result from the views that serve inserted rows last, in one scan
+            if overlay != self._free_overlay:
+                self.free_session.apply(overlay)
+                self._free_overlay = overlay
+            result = self.free_con.execute(sql).fetchall()
         else:
             self.use(overlay)
             result = self.con.execute(sql).fetchall()
@@ -204,6 +222,7 @@ class PairVerifier:
 
     def close(self) -> None:
         self.clean_con.close()
+        self.free_con.close()
         self.con.close()
 
 

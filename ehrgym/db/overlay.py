@@ -266,9 +266,10 @@ def _rows_sql(spec: TableSpec, rows: list[tuple[int, int, JsonRow]], keyed: bool
 
 
 def _view_sql(spec: TableSpec, base: str, edit: TableEdit | None,
-              bounds: tuple[int | None, int | None] | None = None) -> str:
+              bounds: tuple[int | None, int | None] | None = None, ordered: bool = True) -> str:
     """The view serving ``spec``'s table under ``edit``; ``bounds`` (see :func:`bounded_view_sql`) keeps the rows
-    anchored in a range of base rowids only."""
+    anchored in a range of base rowids only. ``ordered`` False serves the same rows, ids renumbered alike, with
+    the inserted ones after every base row: one scan, for a reader whose result no row order can change."""
     source = f"{base}.{spec.qualified}"
     first, last = bounds if bounds is not None else (None, None)
     bound = ""
@@ -322,6 +323,8 @@ def _view_sql(spec: TableSpec, base: str, edit: TableEdit | None,
     anchored = sorted((p for p in placed if p[0] != END), key=lambda p: (p[0], p[1]))
     tail = [p for p in placed if p[0] == END]
     parts: list[str] = []
+    if not ordered:
+        return "\nUNION ALL ".join([f"SELECT {proj()} FROM {source} WHERE {not_in()}", *literal(anchored + tail, False)])
     stops = sorted({a for a, _, _ in anchored})
     if anchored and len(stops) <= SEGMENTS:
         at_stop: dict[int, list[tuple[int, int, JsonRow]]] = {}
@@ -419,11 +422,16 @@ class OverlaySession:
 
     ``apply(overlay)`` re-points only the tables the previous and the new overlay touch, so
     switching tasks on a warm connection costs a handful of ``CREATE OR REPLACE VIEW``.
+    ``ordered`` False serves each table's inserted rows after its base rows, in one scan (the pair verifier's
+    views for queries no row order can change, :func:`ehrgym.bench.locality.order_free`); an episode's views
+    always serve them where a base row would be.
     """
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, base: str = "base", profile: Any = None) -> None:
+    def __init__(self, con: duckdb.DuckDBPyConnection, base: str = "base", profile: Any = None,
+                 ordered: bool = True) -> None:
         self.con = con
         self.base = base
+        self.ordered = ordered
         self._touched: set[str] = set()
         self._current: dict[str, TableEdit] | None = {}
         # profile: an ehrgym.db.profile.SchemaProfile (None: the MIMIC-IV tables)
@@ -450,7 +458,7 @@ class OverlaySession:
             spec = self._spec(name)
             try:
                 self.con.execute(f"CREATE OR REPLACE VIEW {spec.qualified} AS "
-                                 f"{_view_sql(spec, self.base, merged.get(name))}")
+                                 f"{_view_sql(spec, self.base, merged.get(name), ordered=self.ordered)}")
             except duckdb.Error as exc:
                 raise OverlayError(f"overlay on {name} does not fit the database: {exc}") from exc
         self._touched = set(merged)
