@@ -63,7 +63,6 @@ def main() -> None:
     ensure_synthetic(args.db, 10_000)  # as bench_build.py builds it (again for a new generator)
 
     from ehrgym.bench.configs import get_config
-    from ehrgym.bench.locality import order_free
     from ehrgym.bench.verify import PairVerifier
     from ehrgym.db.overlay import Overlay
 
@@ -76,8 +75,7 @@ def main() -> None:
         sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0])
         for caller, sql, overlay in log:
             s = sums[caller]
-            free = order_free(sql)
-            session, con = (verifier.free_session, verifier.free_con) if free else (verifier.session, verifier.con)
+            session, con = verifier.views_for(sql)
             start = time.perf_counter()
             session.apply(overlay)
             s[0] += time.perf_counter() - start

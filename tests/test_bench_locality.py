@@ -291,7 +291,8 @@ def test_order_free_golds_give_the_same_answer_from_either_views(built, synth_db
                     continue
                 free = verifier.rows(sql, served)
                 verifier.use(served)
-                assert same_answer(free, verifier.con.execute(sql).fetchall(), t.expected.answer or AnswerSpec("text")), t.task_id
+                spec = t.expected.answer or AnswerSpec("text")
+                assert same_answer(free, verifier.con.execute(sql).fetchall(), spec), t.task_id
                 compared += 1
     finally:
         verifier.close()

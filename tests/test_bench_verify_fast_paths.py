@@ -3,6 +3,8 @@ clean queries on the verifier's second connection while an overlay shadows the f
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -13,6 +15,7 @@ from ehrgym.bench.sampling import sample_candidates
 from ehrgym.bench.templates.registry import all_templates
 from ehrgym.bench.verify import PairVerifier
 from ehrgym.db.overlay import Overlay, TableEdit, overlay_connection
+from ehrgym.env.engine import ConnectionSettings, EpisodeConnection
 
 
 @pytest.fixture(scope="module")
@@ -85,10 +88,15 @@ def test_order_free_queries_read_the_same_rows_with_the_inserted_ones_last(verif
     item = overlay.edits[0].insert_rows[0]["itemid"]
     scan = f"SELECT labevent_id, valuenum FROM mimiciv_hosp.labevents WHERE itemid = {item}"  # rows in scan order
     ordered = verifier.rows(scan, overlay)
-    con, session = overlay_connection(synth_db)  # an episode's connection
+    con, session = overlay_connection(synth_db)
     session.apply(overlay)
     assert con.execute(scan).fetchall() == ordered  # a query that is not order-free reads the rows as an episode does
     con.close()
+    episode = EpisodeConnection(Path(synth_db), ConnectionSettings())  # what an agent's sql() tool reads
+    episode.apply(overlay)
+    assert episode.raw(scan) == ordered and episode.raw("SELECT count(*) FROM duckdb_databases() "
+                                                       "WHERE database_name = 'unordered'") == [(0,)]
+    episode.close()
     # the unordered views (an order-free query points them at the overlay): the same rows and ids, the inserted ones
     # (ten times a base value) at the end
     verifier.rows("SELECT count(*) FROM mimiciv_hosp.labevents", overlay)
