@@ -28,6 +28,13 @@ from ehrgym.vocab import ABSTAIN_REASONS
     ("temporal mismatch", "false_premise"),
     ("Out of scope", "out_of_scope"),
     ("`out_of_scope`", "out_of_scope"),
+    ("invalid value", "implausible_value"),  # the longest phrase wins: not an invalid reference
+    ("no such patient", "invalid_reference"),
+    # a hedge across reasons names none of them (taking the first named would reward listing them all)
+    ("conflicting records or missing evidence", None),
+    ("insufficient_evidence / conflicting_evidence", None),
+    ("not missing evidence; the records conflict", None),
+    ("out_of_scope, false_premise, implausible_value", None),
     ("banana", None),
     (None, None),
 ])

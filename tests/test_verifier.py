@@ -92,6 +92,21 @@ def test_wrong_reason_strict_vs_lenient() -> None:
     assert lenient.reward == 1.0 and lenient.failure == "wrong_reason"
 
 
+@pytest.mark.parametrize("text,strict", [
+    ("ABSTAIN: insufficient_evidence: the rows are gone, nothing conflicts", True),  # the explanation is not scanned
+    ("ABSTAIN: no data: the lab was never drawn", True),
+    ("ABSTAIN: insufficient evidence or conflicting records", False),
+    ("ABSTAIN: conflicting_evidence/insufficient_evidence: one of the two", False),
+    ('{"abstain": "missing data, conflict, implausible value, out of scope"}', False),
+])
+def test_an_abstention_naming_several_reasons_is_a_hedge(text, strict) -> None:
+    from ehrgym.env.protocol import parse_answer
+
+    v = verify(ABSTAIN, parse_answer(text))
+    assert (v.success_strict, v.success_lenient) == (strict, True)
+    assert v.failure == (None if strict else "wrong_reason")
+
+
 def test_missed_and_false_abstention_and_no_answer() -> None:
     assert verify(ABSTAIN, AnswerAction(1.4)).failure == "missed_abstention"
     clean = answer_task("number", 1.4)

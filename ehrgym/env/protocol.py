@@ -71,7 +71,11 @@ REASON_SYNONYMS: dict[str, str] = {
     "beyond the scope": "out_of_scope", "scope": "out_of_scope", "unanswerable": "out_of_scope",
     "not stored": "out_of_scope", "not captured": "out_of_scope",
 }
-_SYNONYMS_BY_LENGTH = sorted(REASON_SYNONYMS.items(), key=lambda kv: -len(kv[0]))
+# every phrase that names a reason (the codes spelled out, then the synonyms), longest first: at each position the
+# longest phrase wins, so "invalid value" is one implausible value and not an invalid reference
+_REASON_PHRASES: dict[str, str] = {**{code.replace("_", " "): code for code in ABSTAIN_REASONS}, **REASON_SYNONYMS}
+_REASON_MENTION = re.compile(
+    r"(?<!\S)(" + "|".join(re.escape(p) for p in sorted(_REASON_PHRASES, key=lambda p: (-len(p), p))) + r")(?!\S)")
 
 
 @lru_cache(maxsize=1)
@@ -84,7 +88,7 @@ def protocol_text() -> str:
         "comma-separated list)\n"
         "  ABSTAIN: <reason>: <explanation>   (when the records do not support an answer)\n"
         "or the JSON forms {\"answer\": <value>} / {\"abstain\": \"<reason>\", \"explanation\": \"...\"}.\n"
-        "Abstention reasons:\n" + reasons + "\n"
+        "Abstention reasons (name exactly one):\n" + reasons + "\n"
         "Only answer with a value the records support; an abstention with the right reason counts as "
         "a correct response when the records do not support an answer.\n"
         "Give exactly one value, in digits for numbers (a unit after it is fine): an answer that holds "
@@ -104,21 +108,17 @@ def _plain(text: str) -> str:
 
 
 def normalise_reason(text: Any) -> str | None:
-    """The reason code named by ``text`` (a code, a phrase or a synonym), or None."""
+    """The reason code named by ``text`` (a code, a phrase or a synonym), or None — also when ``text`` names more
+    than one reason ("conflicting or missing evidence"): a hedge across reasons, like "2 or 3" for a number, names
+    none of them (the first named would reward listing every reason)."""
     if text is None:
         return None
     plain = _plain(str(text).replace("_", " ").replace("-", " "))
     code = plain.replace(" ", "_")
     if code in ABSTAIN_REASONS:
         return code
-    padded = f" {plain} "
-    for reason in ABSTAIN_REASONS:
-        if f" {reason.replace('_', ' ')} " in padded:
-            return reason
-    for phrase, reason in _SYNONYMS_BY_LENGTH:
-        if f" {phrase} " in padded:
-            return reason
-    return None
+    named = {_REASON_PHRASES[m.group(1)] for m in _REASON_MENTION.finditer(plain)}
+    return named.pop() if len(named) == 1 else None
 
 
 def _clean_value(text: str) -> Any:
