@@ -253,6 +253,15 @@ def test_an_abstention_reason_outside_the_vocabulary_is_refused(env: EhrEnv) -> 
     assert r.done and r.reward == 1.0
 
 
+def test_an_abstention_naming_several_reasons_is_refused_until_it_names_one(env: EhrEnv) -> None:
+    env.reset(missing_creat_task())
+    for hedge in ("ABSTAIN: insufficient evidence or conflicting records", '{"abstain": "missing data / out of scope"}'):
+        r = env.step(hedge)
+        assert not r.done and r.info["tool"] == "invalid" and "insufficient_evidence" in r.observation.text
+    r = env.step("ABSTAIN: insufficient evidence: no creatinine, nothing conflicts")
+    assert r.done and r.reward == 1.0
+
+
 def test_a_typo_gets_a_syntax_error_with_its_position(env: EhrEnv) -> None:
     env.reset(last_creat_task())
     text = sql(env, "SELEC * FRM x").observation.text
