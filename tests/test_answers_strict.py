@@ -98,3 +98,57 @@ def test_rejections_say_why_and_typed_values_still_read() -> None:
                         (AnswerSpec("integer"), 12345), (AnswerSpec("boolean"), True), (AnswerSpec("boolean"), False),
                         (AnswerSpec("datetime"), "2150-01-02 10:00:00"), (AnswerSpec("set"), ["a", "b"])]:
         assert normalise(format_answer(value, spec), spec) == normalise(value, spec)
+
+
+def through_the_protocol(task: Task, text: str) -> bool:
+    """Whether ``text``, written as an LLM agent writes its final answer, scores on ``task``."""
+    from ehrgym.env.protocol import parse_answer
+
+    return verify(task, parse_answer(text)).success_strict
+
+
+@pytest.mark.parametrize("type_,gold,written", [
+    ("string", "ENTEROCOCCUS SP.", "ANSWER: ENTEROCOCCUS SP."),  # the protocol drops a sentence's final period
+    ("string", "ENTEROCOCCUS SP.", "ANSWER: enterococcus sp"),
+    ("set", ["ENTEROCOCCUS SP.", "YEAST"], "ANSWER: YEAST, ENTEROCOCCUS SP."),
+    ("list", ["YEAST", "ENTEROCOCCUS SP."], "ANSWER: YEAST, ENTEROCOCCUS SP."),
+])
+def test_a_database_string_ending_in_a_period_is_answerable_in_text(type_: str, gold, written: str) -> None:
+    task = Task("t", "p", "clean", "labs", "patient", "tpl", "Q?", "SELECT 1", "SELECT 1",
+                Expected("answer", AnswerSpec(type_), value=gold), None, "test")
+    assert through_the_protocol(task, written)
+    assert not through_the_protocol(task, written.replace("YEAST", "CANDIDA") if "YEAST" in written
+                                    else written + " OR YEAST")
+
+
+def _hedges(text: str, spec: AnswerSpec) -> list[str]:
+    """The right answer hedged, bounded or offered with another candidate."""
+    other = {"boolean": "no" if text == "yes" else "yes", "datetime": "2150-01-01 00:00:00",
+             "date": "2150-01-01"}.get(spec.type, "7" if spec.type in ("number", "integer") else "something else")
+    forms = [f"{text} or {other}", f"{other} or {text}", f"maybe {text}"]
+    if spec.type in ("number", "integer", "datetime", "date"):
+        forms += [f"about {text}", f"{text}?", f"at least {text}"]
+    if spec.type in ("set", "list"):
+        forms += [f"{text}, maybe others"]
+    return forms
+
+
+def test_every_gold_of_a_build_scores_as_written_and_never_when_hedged(small_build) -> None:
+    """On every task of a real build that expects an answer: the gold value written as the protocol asks (text and
+    JSON) scores, and hedged forms of it do not — the answer types, values and spellings the templates really
+    produce, not only the hand-written cases above."""
+    import json
+
+    answers = [t for t in small_build.tasks if not t.expected.is_abstain]
+    assert len(answers) > 100
+    failed, leaked = [], []
+    for task in answers:
+        text = format_answer(task.expected.value, task.expected.answer)
+        for written in (f"ANSWER: {text}", json.dumps({"answer": text})):
+            if not through_the_protocol(task, written):
+                failed.append((task.template_id, written))
+        for hedge in _hedges(text, task.expected.answer):
+            if through_the_protocol(task, f"ANSWER: {hedge}"):
+                leaked.append((task.template_id, hedge))
+    assert not failed, failed[:5]
+    assert not leaked, leaked[:5]

@@ -25,8 +25,8 @@ under these rules; an answer that breaks one is *not comparable* (the verdict sa
   (``"yes, probably"``); the short forms ``y``/``n``/``t``/``f``/``1``/``0`` only stand alone
   (``"n/a"`` is not "no");
 * **dates and times** must be the whole answer in one of the accepted formats (nothing else);
-* **text, sets and lists** compare exactly (case and whitespace folded; sets ignore order and
-  repeats, lists keep order), so an extra, a missing or a hedged element makes them wrong;
+* **text, sets and lists** compare exactly (case, whitespace and a trailing period folded; sets ignore order
+  and repeats, lists keep order), so an extra, a missing or a hedged element makes them wrong;
 * **length**: a scalar answer (number, yes/no, date) longer than :data:`MAX_SCALAR_CHARS`
   characters is rejected, so padding cannot smuggle in a candidate.
 """
@@ -199,7 +199,10 @@ def parse_date(value: Any) -> str:
 
 
 def parse_string(value: Any) -> str:
-    return _scalar_text(value).casefold()
+    """Text folded for comparison: whitespace and case, and a trailing period — the answer protocol reads a period
+    ending an answer as the end of a sentence (``ANSWER: MICU.``), so a database string ending in one
+    ("ENTEROCOCCUS SP.") must equal itself without it."""
+    return re.sub(r"\s*\.+$", "", _scalar_text(value)).casefold()
 
 
 def parse_items(value: Any) -> list[Any]:
