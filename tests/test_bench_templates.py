@@ -79,6 +79,34 @@ def test_answer_types_are_varied():
     assert {"integer", "number", "string", "set", "datetime", "boolean"} <= set(types), types
 
 
+# a dictionary column whose text could be answered in another form: the question must say which form it asks for
+ANSWER_FORMS = {"long_title": "title", "description": "description", "icd_code": "code"}
+
+
+def answer_forms(t: Template) -> set[str]:
+    """The forms (title, description, code) the gold's answer columns take: the first column of each projection (a
+    coalesce's first argument is what it returns whenever it can)."""
+    tree = sqlglot.parse_one(t.gold_sql.replace("{", "").replace("}", ""), read="duckdb")
+    select = tree if isinstance(tree, sqlglot.exp.Select) else tree.find(sqlglot.exp.Select)
+    firsts = [next(p.find_all(sqlglot.exp.Column), None) for p in select.expressions]
+    return {ANSWER_FORMS[c.name] for c in firsts if c is not None and c.name in ANSWER_FORMS}
+
+
+@pytest.mark.parametrize("t", [t for t in TEMPLATES if t.answer.type in ("string", "set")], ids=lambda t: t.id)
+def test_a_text_answer_question_says_whether_it_wants_a_title_a_description_or_a_code(t):
+    """ "Which diagnosis was coded first?" is answered by "I10" as well as by "Essential (primary) hypertension": a
+    text answer compared exactly must be asked for in its form, in every paraphrase."""
+    for form in answer_forms(t):
+        for paraphrase in t.paraphrases:
+            assert form in paraphrase.lower(), (t.id, form, paraphrase)
+
+
+def test_the_answer_form_check_sees_titles_codes_and_descriptions():
+    forms = {t.id: answer_forms(t) for t in TEMPLATES}
+    assert forms["diagnoses.primary_diagnosis"] == {"title"} and forms["diagnoses.drg_description"] == {"description"}
+    assert forms["diagnoses.procedures_admission"] == {"code"} and forms["diagnoses.cohort_top_diagnosis_icu"] == {"title"}
+
+
 # ---------------------------------------------------------------- validation at definition
 
 def _broken(template_id: str, **changes: object) -> Template:

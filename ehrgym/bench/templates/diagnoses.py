@@ -93,8 +93,8 @@ register(
     Template(
         id="diagnoses.primary_diagnosis", intent="diagnoses", level="patient",
         paraphrases=(
-            "What was the primary diagnosis (sequence number 1) of patient {subject_id}'s admission {hadm_id}?",
-            "Which diagnosis was coded first for hospital admission {hadm_id} of patient {subject_id}?",
+            "What was the title of the primary diagnosis (sequence number 1) of patient {subject_id}'s admission {hadm_id}?",
+            "Which diagnosis (its ICD title) was coded first for hospital admission {hadm_id} of patient {subject_id}?",
             "For patient {subject_id}, give the title of the principal ICD diagnosis of admission {hadm_id}.",
         ),
         sampler_sql="""SELECT DISTINCT e.subject_id, e.hadm_id
@@ -220,7 +220,7 @@ GROUP BY a.admittime""",
             "Which HCFA DRG (description) was assigned to admission {hadm_id} of patient {subject_id}?",
             "What was the diagnosis-related group (HCFA DRG description) of patient {subject_id}'s admission "
             "{hadm_id}?",
-            "Patient {subject_id}, hospital admission {hadm_id}: what HCFA DRG was billed?",
+            "Patient {subject_id}, hospital admission {hadm_id}: what HCFA DRG was billed (its description)?",
         ),
         sampler_sql="""SELECT subject_id, hadm_id FROM mimiciv_hosp.drgcodes
 WHERE drg_type = 'HCFA' AND hadm_id IS NOT NULL AND description IS NOT NULL
@@ -303,9 +303,9 @@ register(
     Template(
         id="diagnoses.cohort_top_diagnosis_icu", intent="diagnoses", level="population",
         paraphrases=(
-            "Which diagnosis was coded most often among hospital admissions with an ICU stay that began in {year}?",
+            "Which diagnosis (ICD title) was coded most often among hospital admissions with an ICU stay that began in {year}?",
             "Among admissions of {year} that included an ICU stay, what was the most frequent ICD diagnosis (title)?",
-            "What was the commonest diagnosis of ICU patients' hospital admissions starting in {year}?",
+            "What was the commonest diagnosis (by its title) of ICU patients' hospital admissions starting in {year}?",
         ),
         sampler_sql=f"""SELECT year FROM (
   SELECT year, n, max(n) OVER (PARTITION BY year) AS top FROM (
