@@ -635,3 +635,24 @@ def test_loading_the_same_benchmark_again_reads_nothing_until_a_file_changes(tmp
         assert calls == [copy]
     finally:
         dataset._load_benchmark = real  # type: ignore[assignment]
+
+
+def test_questions_read_as_written_text(small_build) -> None:
+    """No question of a build carries a rendering slip: a placeholder left, an empty parameter's stray space before
+    the punctuation ("above 1.5 ?"), two spaces, or a word twice ("the mean mean arterial pressure")."""
+    import re
+
+    slips = {"placeholder": r"[{}]", "space before punctuation": r" [?.,;:]", "two spaces": r"\S  +\S",
+             "word twice": r"\b([A-Za-z]+) \1\b", "no value": r"\b(None|nan|NaN|NaT)\b"}
+    found = [(name, t.template_id, t.question) for t in small_build.tasks for name, p in slips.items()
+             if re.search(p, t.question)]
+    assert not found, found[:5]
+
+
+def test_an_empty_parameter_leaves_no_stray_space() -> None:
+    from ehrgym.bench.sqlrender import render_text
+
+    assert render_text("Any {label} above {threshold} {unit}?", {"label": "INR(PT)", "threshold": 1.5, "unit": ""}) \
+        == "Any INR(PT) above 1.5?"
+    assert render_text("Any {label} above {threshold} {unit}?", {"label": "K", "threshold": 5, "unit": "mEq/L"}) \
+        == "Any K above 5 mEq/L?"

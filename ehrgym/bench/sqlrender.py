@@ -12,6 +12,8 @@ Questions use the same parameters rendered for humans (timestamps to the minute)
 
 from __future__ import annotations
 
+import re
+
 import datetime as dt
 import decimal
 import math
@@ -101,8 +103,10 @@ def render_columns(fmt: str, alias: str, params: Mapping[str, Any] | None = None
 
 
 def render_text(fmt: str, params: Mapping[str, Any]) -> str:
-    """Fill a question paraphrase."""
+    """Fill a question paraphrase; a parameter rendered empty (a lab without a unit: "above {threshold} {unit}?")
+    leaves no space before the punctuation after it, nor two spaces."""
     try:
-        return fmt.format_map({k: text_value(v) for k, v in params.items()})
+        text = fmt.format_map({k: text_value(v) for k, v in params.items()})
     except KeyError as exc:
         raise BenchmarkError(f"question placeholder {exc} has no parameter in {sorted(params)}") from exc
+    return re.sub(r" +([?.,;:])", r"\1", re.sub(r"(?<=\S)  +(?=\S)", " ", text))

@@ -144,7 +144,7 @@ register(
     Template(
         id="labs.mean_first_72h", intent="labs", level="patient",
         paraphrases=(
-            "What was the mean {label} of patient {subject_id} between {t0} and {t1}?",
+            "What was the average {label} of patient {subject_id} between {t0} and {t1}?",
             "Average all {label} results of patient {subject_id} taken from {t0} to {t1}.",
             "Between {t0} and {t1}, what was patient {subject_id}'s average {label}?",
         ),
@@ -203,7 +203,7 @@ register(
     Template(
         id="labs.cohort_mean", intent="labs", level="population",
         paraphrases=(
-            "What was the mean {label} over all results from {admission_type} admissions that began in {year}?",
+            "What was the average {label} over all results from {admission_type} admissions that began in {year}?",
             "Across every {label} result of {admission_type} admissions starting in {year}, what was "
             "the average value?",
             "Average {label} among {admission_type} admissions admitted in {year}: what was it?",

@@ -113,7 +113,7 @@ register(
     Template(
         id="vitals.mean_first_24h", intent="vitals", level="patient",
         paraphrases=(
-            "What was patient {subject_id}'s mean {label} between {t0} and {t1}?",
+            "What was patient {subject_id}'s average {label} between {t0} and {t1}?",
             "Average the {label} readings of patient {subject_id} charted from {t0} to {t1}.",
             "Between {t0} and {t1}, what was the average {label} of patient {subject_id}?",
         ),
@@ -198,7 +198,7 @@ register(
     Template(
         id="vitals.cohort_mean", intent="vitals", level="population",
         paraphrases=(
-            "What was the mean {label} over all readings of ICU stays that started in {year} in the "
+            "What was the average {label} over all readings of ICU stays that started in {year} in the "
             "{first_careunit}?",
             "Across ICU stays beginning in {year} whose first unit was the {first_careunit}, what was the average "
             "{label}?",
