@@ -15,10 +15,13 @@ from ehrgym.env.actions import AnswerAction
 from ehrgym.env.verifier import verify
 
 
-def scored(type_: str, gold, given) -> bool:
-    task = Task("t", "p", "clean", "labs", "patient", "tpl", "Q?", "SELECT 1", "SELECT 1",
+def answer_task(type_: str, gold) -> Task:
+    return Task("t", "p", "clean", "labs", "patient", "tpl", "Q?", "SELECT 1", "SELECT 1",
                 Expected("answer", AnswerSpec(type_), value=gold), None, "test")
-    verdict = verify(task, AnswerAction(given))
+
+
+def scored(type_: str, gold, given) -> bool:
+    verdict = verify(answer_task(type_, gold), AnswerAction(given))
     assert verdict.success_strict == verdict.success_lenient == (verdict.reward == 1.0)
     return verdict.success_strict
 
@@ -114,8 +117,7 @@ def through_the_protocol(task: Task, text: str) -> bool:
     ("list", ["YEAST", "ENTEROCOCCUS SP."], "ANSWER: YEAST, ENTEROCOCCUS SP."),
 ])
 def test_a_database_string_ending_in_a_period_is_answerable_in_text(type_: str, gold, written: str) -> None:
-    task = Task("t", "p", "clean", "labs", "patient", "tpl", "Q?", "SELECT 1", "SELECT 1",
-                Expected("answer", AnswerSpec(type_), value=gold), None, "test")
+    task = answer_task(type_, gold)
     assert through_the_protocol(task, written)
     assert not through_the_protocol(task, written.replace("YEAST", "CANDIDA") if "YEAST" in written
                                     else written + " OR YEAST")

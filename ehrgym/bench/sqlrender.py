@@ -12,11 +12,10 @@ Questions use the same parameters rendered for humans (timestamps to the minute)
 
 from __future__ import annotations
 
-import re
-
 import datetime as dt
 import decimal
 import math
+import re
 import string
 from typing import Any, Mapping
 
