@@ -147,6 +147,40 @@ def drafted(drafted_tasks, synth_db):
     return collect(synth_db, drafted_tasks, seed=3, per_subtype=10_000)
 
 
+def test_inserted_rows_are_rows_the_hospital_could_store(built, synth_db):
+    """A row given another category holds that category's companions as some base row does (an organism under its own
+    org_itemid, a DRG description under its own code, a diagnosis code under its own ICD version), and a copied
+    specimen is a whole specimen under one new id. Before, one query per kind found noisy twins: an organism under
+    another organism's item id, a copy of one susceptibility row as a specimen of its own (no base specimen is one)."""
+    from collections import Counter
+
+    from ehrgym.bench.noise.companions import COMPANIONS, GROUP_IDS, incoherent_rows
+
+    con = duckdb.connect()
+    con.execute("SET threads = 1")
+    attach_base(con, synth_db)
+    cache: dict = {}
+    breaks: list[str] = []
+    exercised: Counter = Counter()
+    category_tables = {table for table, _ in COMPANIONS}
+    for task in built:
+        for overlay in (task.noise.overlay if task.noise else None, task.decoy,
+                        task.background if task.variant == "clean" else None):
+            if overlay is None or overlay.is_empty:
+                continue
+            breaks += [f"{task.task_id}: {b}" for b in incoherent_rows(con, overlay, cache=cache)]
+            for table, edit in overlay.merged().items():
+                if table in category_tables and edit.insert_rows and task.noise and task.noise.subtype in (
+                        "conflicting_records", "out_of_window"):
+                    exercised["category rows"] += len(edit.insert_rows)
+                if table in GROUP_IDS and edit.insert_rows and task.noise and \
+                        task.noise.subtype == "duplicate_records":
+                    exercised["copied specimens"] += 1
+    con.close()
+    assert not breaks, f"{len(breaks)} inserted rows no base row looks like, e.g. {breaks[:3]}"
+    assert exercised["category rows"] >= 20 and exercised["copied specimens"] >= 3, exercised
+
+
 @pytest.mark.parametrize("subtype", [pytest.param(s, marks=pytest.mark.xfail(reason=UNDECIDED[s], strict=False))
                                      if s in UNDECIDED else s for s in sorted(NULL_SUBTYPES)])
 def test_null_subtypes_are_not_detectable_on_a_larger_sample(subtype, drafted):
@@ -332,6 +366,9 @@ def test_copies_are_judged_against_their_originals():
     assert _copies([3, 4, 7, 8, 9], content.__getitem__, ["a", "b"]) == ([4, 8], [3, 7])
     # copies re-stored later (content differs from the original): each is a copy, the row before it the original
     assert _copies([5, 12], {5: "x", 12: "y"}.__getitem__, ["x", "y"]) == ([5, 12], [4, 11])
+    # a copied specimen follows its specimen as a block: the k-th copy's original is the specimen's k-th row
+    block = {20: "p", 21: "q", 22: "r"}
+    assert _copies([20, 21, 22], block.__getitem__, ["p", "q", "r"]) == ([20, 21, 22], [17, 18, 19])
     # a content with more rows than copies and no neighbouring pair: nothing is taken for a copy
     assert _copies([2, 6], {2: "z", 6: "z"}.__getitem__, ["z"]) == ([], [])
 

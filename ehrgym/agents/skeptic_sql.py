@@ -92,12 +92,15 @@ TABLE_RULES: dict[str, TableRule] = {r.table: r for r in (
               window="admission"),
     TableRule("emar", ("hadm_id", "pharmacy_id", "charttime", "event_txt"), "charttime",
               ids=("emar_id", "emar_seq", "storetime"), window="admission"),
-    TableRule("microbiologyevents", ("hadm_id", "spec_itemid", "charttime", "org_itemid", "ab_itemid"), "charttime",
+    # one result per specimen collection, test, isolate and antibiotic; the organism is what it reports (an isolate
+    # reported as two organisms, or as growth and as no growth, is a contradiction)
+    TableRule("microbiologyevents", ("hadm_id", "spec_itemid", "charttime", "test_itemid", "coalesce(isolate_num, 1)",
+                                     "ab_itemid"), "charttime",
               "dilution_value", "dilution_text", ids=("microevent_id", "micro_specimen_id", "storedate", "storetime"),
               window="admission", bounds=(0.001, 1024.0)),
     TableRule("diagnoses_icd", ("hadm_id", "seq_num")),
     TableRule("procedures_icd", ("hadm_id", "seq_num")),
-    TableRule("drgcodes", ("hadm_id", "drg_type", "drg_code")),
+    TableRule("drgcodes", ("hadm_id", "drg_type")),  # one DRG of each type per admission
     TableRule("transfers", ("hadm_id", "intime"), "intime", ids=("transfer_id",), window="admission"),
     TableRule("services", ("hadm_id", "transfertime"), "transfertime", window="admission"),
     TableRule("icustays", ("subject_id", "intime"), "intime", "los", ids=("stay_id",), window="admission",

@@ -410,18 +410,28 @@ def _copies(matching: list[int], key: Any, inserted: list[tuple[Any, ...]]) -> t
     """The scan positions of the inserted copies among ``matching`` (the rows with an inserted row's content, in
     scan order) and of their originals. The overlay places each copy right after the row it is anchored to, its
     original: where copy and original share the content, the second of two neighbouring rows of it is the copy;
-    where they differ (a copy re-stored later), every matching row is a copy and the row before it the original."""
+    where they differ (a copy re-stored later), every matching row is a copy and its original stands as far before
+    it as the run of copies it is in is long (a copied specimen follows its specimen as a block, its k-th row the
+    k-th row of the specimen; a lone copy follows its original)."""
     need: dict[Any, int] = defaultdict(int)
     for k in inserted:
         need[k] += 1
     runs: dict[Any, list[int]] = defaultdict(list)
     for i in matching:
         runs[key(i)].append(i)
+    block: dict[int, int] = {}  # each matching row's run length (consecutive scan positions)
+    ordered = sorted(matching)
+    start = 0
+    for j in range(1, len(ordered) + 1):
+        if j == len(ordered) or ordered[j] != ordered[j - 1] + 1:
+            for i in ordered[start:j]:
+                block[i] = j - start
+            start = j
     copies: list[int] = []
     originals: list[int] = []
     for k, found in runs.items():
         if len(found) <= need[k]:
-            pairs = [(i, i - 1) for i in found if i > 0]
+            pairs = [(i, i - block[i]) for i in found if i - block[i] >= 0]
         else:
             pairs = []
             taken: set[int] = set()

@@ -10,6 +10,7 @@ import numpy as np
 
 from ehrgym.bench.noise import cleaning
 from ehrgym.bench.noise.base import ROWID, InjectContext, Injection, Injector, batch_size, register_injector
+from ehrgym.bench.noise.companions import COMPANIONS, donor
 from ehrgym.bench.noise.teaching import TeachingCard
 from ehrgym.bench.noise.values import (conflicting, derivable, finite, parse_stamp, shift_times,
                                        shifted, with_value)
@@ -80,8 +81,12 @@ def _set_value(ctx: InjectContext, row: dict[str, Any], value: float | None) -> 
 def _set_category(ctx: InjectContext, row: dict[str, Any], value: Any) -> dict[str, Any] | None:
     """``row`` with ``value`` in the evidence's category column and, where the category is read off a stepped value
     (:data:`STEPPED`), a step the base stores with that category for the row's item (a row without a number keeps its
-    own; None: the base never reports the row's item so)."""
+    own; None: the base never reports the row's item so). A category with companions (:data:`COMPANIONS`) comes
+    with them, as a base row agreeing with ``row`` stores them (None: no base row does)."""
     col = ctx.evidence.category_col or ""
+    if (ctx.evidence.table, col) in COMPANIONS:
+        moved = donor(ctx.con, ctx.base, ctx.evidence.table, col, row, lambda x: x == value, ctx.rng, ctx.max_ids)
+        return {**row, **moved} if moved is not None else None
     out = {**row, col: value}
     steps = STEPPED.get((ctx.evidence.table, col))
     if steps is None or row.get(steps.item_col) is None or row.get(steps.columns[0]) is None:
@@ -95,7 +100,8 @@ def _other_category(ctx: InjectContext, row: dict[str, Any]) -> dict[str, Any] |
     stepped value (:data:`STEPPED`) comes with a tuple the base stores for the row's item with another category,
     drawn as often as the base stores each: drawn uniformly over S, I and R, the rare uncensored intermediate
     readings were a third to half of the contradictions, and their text form told the decoys of conflicting records
-    from the rows beside them (0.561 on the 1k card). Other categories: one found in the database, uniformly."""
+    from the rows beside them (0.561 on the 1k card). A category with companions (:data:`COMPANIONS`): one a base row
+    agreeing with ``row`` stores, with its companions. Other categories: one found in the database, uniformly."""
     ev = ctx.evidence
     col = ev.category_col or ""
     current = row.get(col)
@@ -103,6 +109,9 @@ def _other_category(ctx: InjectContext, row: dict[str, Any]) -> dict[str, Any] |
     if steps is not None and row.get(steps.item_col) is not None and row.get(steps.columns[0]) is not None:
         step = _base_step(ctx, row, steps, col, lambda x: x is not None and x != current)
         return {**row, **step} if step is not None else None
+    if (ev.table, col) in COMPANIONS:
+        moved = donor(ctx.con, ctx.base, ev.table, col, row, lambda x: x != current, ctx.rng, ctx.max_ids)
+        return {**row, **moved} if moved is not None else None
     spec = table_spec(ev.table)
     values = [r[0] for r in ctx.query(f"SELECT DISTINCT {col} FROM {ctx.base}.{spec.qualified} "
                                       f"WHERE {col} IS NOT NULL ORDER BY 1 LIMIT 50")]
@@ -171,18 +180,27 @@ class DuplicateRecords(Injector):
             return None
         # one re-stored row changes a count; a mean over many values needs a re-sent batch
         many = ctx.template.level == "population" or (ev.value_col is not None and ev.focus == "any")
-        k = batch_size(n) if many else 1
-        chosen = rows[:k]
+        groups = ctx.id_groups(rows)
+        if not groups:
+            return None
+        # a re-sent batch is a share of the evidence's ids (specimens where rows share one); past the rows read,
+        # their number is estimated from the rows read
+        n_ids = len(groups) if n <= len(rows) else max(len(groups), round(n * len(groups) / len(rows)))
+        groups = groups[:batch_size(n_ids) if many else 1]
         copies, anchors = [], []
         given: set[int] = set()
-        for i, row in enumerate(chosen):
-            c = _copy(row)
-            if ev.id_col:
-                c[ev.id_col] = ctx.ids_after(ctx.anchor_for(row), 1, given)[0]
-            if ev.store_col and c.get(ev.store_col) is not None:
-                c[ev.store_col] = (parse_stamp(c[ev.store_col]) + dt.timedelta(minutes=7 + i)).isoformat(sep=" ")
-            copies.append(c)
-            anchors.append(row[ROWID])
+        for i, group in enumerate(groups):
+            last = group[-1]  # a group's copy follows it, as a re-sent specimen follows the first
+            new_id = ctx.ids_after(ctx.anchor_for(last), 1, given)[0] if ev.id_col else None
+            for row in group:
+                c = _copy(row)
+                if ev.id_col:
+                    c[ev.id_col] = new_id
+                if ev.store_col and c.get(ev.store_col) is not None:
+                    c[ev.store_col] = (parse_stamp(c[ev.store_col]) + dt.timedelta(minutes=7 + i)).isoformat(sep=" ")
+                copies.append(c)
+                anchors.append(last[ROWID])
+        k = len(copies)
         edit = ctx.table_edit(tuple(copies), tuple(anchors))
         kind, reason = self.expected(ctx.template)
         return Injection(self.spec(Overlay((edit,)), description=f"{k} {ev.table} rows stored twice"),
@@ -242,15 +260,33 @@ class OutOfWindow(Injector):
             if moved_after is None:
                 return None
             before, after = moved_before, moved_after
+        # the rest of the focus row's specimen (ctx.id_groups) moves with it, in the copy's category
+        olds, news = [focus], [(before, after)]
+        for row in ctx.id_groups([focus])[0]:
+            if row[ROWID] == focus[ROWID]:
+                continue
+            b: dict[str, Any] | None = shift_times(_copy(row), ev.table, -dt.timedelta(days=days_before))
+            a: dict[str, Any] | None = shift_times(_copy(row), ev.table, dt.timedelta(days=days_after))
+            if ev.category_col and not ev.value_col:
+                b = _set_category(ctx, b or {}, before[ev.category_col])
+                a = _set_category(ctx, a or {}, after[ev.category_col])
+            if b is None or a is None:  # the base never reports the new category with this row's (its antibiotic)
+                return None
+            olds.append(row)
+            news.append((b, a))
+        members = [p for _, p in sorted(zip([r[ROWID] for r in olds], news), key=lambda x: x[0])]
         places = (ctx.anchor_for(focus, before[ev.time_col]), ctx.anchor_for(focus, after[ev.time_col]))
         if ev.id_col:
             given: set[int] = set()
-            before[ev.id_col] = ctx.ids_after(places[0], 1, given)[0]
-            after[ev.id_col] = ctx.ids_after(places[1], 1, given)[0]
-        edit = ctx.table_edit((before, after), (places[0][0], places[1][0]))
+            for side in (0, 1):
+                new_id = ctx.ids_after(places[side], 1, given)[0]
+                for pair in members:
+                    pair[side][ev.id_col] = new_id
+        rows_out = tuple(p[0] for p in members) + tuple(p[1] for p in members)
+        edit = ctx.table_edit(rows_out, (places[0][0],) * len(members) + (places[1][0],) * len(members))
         kind, reason = self.expected(ctx.template)
         return Injection(self.spec(Overlay((edit,)), description=(
-            f"2 {ev.table} rows linked to {ev.window.key} {focus.get(ev.window.key)} but timestamped "
+            f"{len(rows_out)} {ev.table} rows linked to {ev.window.key} {focus.get(ev.window.key)} but timestamped "
             f"{hours_before} h before and {hours_after} h after it")), kind, reason,
             cleaners=(cleaning.keep_in_window,))
 
@@ -363,5 +399,6 @@ class ConflictingRecords(Injector):
         was = focus.get(ev.value_col) if ev.value_col else focus.get(ev.category_col)
         kind, reason = self.expected(ctx.template)
         return Injection(self.spec(Overlay((edit,)), description=(
-            f"a second {ev.table} row with the same {', '.join(ev.key)} says {shown!r} instead of {was!r}")),
+            f"a second {ev.table} row with the same {', '.join(k for k in ev.key if c.get(k) == focus.get(k))} says "
+            f"{shown!r} instead of {was!r}")),
             kind, reason, alternative=alternative)
