@@ -150,10 +150,13 @@ def drafted(drafted_tasks, synth_db):
 def test_inserted_rows_are_rows_the_hospital_could_store(built, synth_db):
     """A row given another category holds that category's companions as some base row does (an organism under its own
     org_itemid, a DRG description under its own code, a diagnosis code under its own ICD version), and a copied
-    specimen is a whole specimen under one new id. Before, one query per kind found noisy twins: an organism under
-    another organism's item id, a copy of one susceptibility row as a specimen of its own (no base specimen is one)."""
+    specimen is a whole specimen under one new id, and a result copied to another time is another draw (a new
+    specimen id). Before, one query per kind found noisy twins: an organism under another organism's item id, a
+    copy of one susceptibility row as a specimen of its own (no base specimen is one), a specimen drawn at two
+    times."""
     from collections import Counter
 
+    from ehrgym.bench.noise.base import LINK_IDS
     from ehrgym.bench.noise.companions import COMPANIONS, GROUP_IDS, incoherent_rows
 
     con = duckdb.connect()
@@ -176,9 +179,12 @@ def test_inserted_rows_are_rows_the_hospital_could_store(built, synth_db):
                 if table in GROUP_IDS and edit.insert_rows and task.noise and \
                         task.noise.subtype == "duplicate_records":
                     exercised["copied specimens"] += 1
+                if table in LINK_IDS and edit.insert_rows and task.noise and task.noise.subtype == "out_of_window":
+                    exercised["moved results"] += len(edit.insert_rows)
     con.close()
     assert not breaks, f"{len(breaks)} inserted rows no base row looks like, e.g. {breaks[:3]}"
     assert exercised["category rows"] >= 20 and exercised["copied specimens"] >= 3, exercised
+    assert exercised["moved results"] >= 10, exercised
 
 
 @pytest.mark.parametrize("subtype", [pytest.param(s, marks=pytest.mark.xfail(reason=UNDECIDED[s], strict=False))

@@ -36,6 +36,21 @@ COUNT = "__count"  # the number of evidence rows, beside each of the first few
 NUMERIC_TYPES = frozenset({"DOUBLE", "FLOAT", "REAL", "BIGINT", "INTEGER", "SMALLINT", "TINYINT"})
 
 
+# Ids that tie rows of one event together (a draw's results, a culture's rows), never shared by rows of two times in
+# the base: a copy at another time gets a new one (InjectContext.relink)
+LINK_IDS: dict[str, tuple[str, ...]] = {"labevents": ("specimen_id",)}
+# A chain of rate changes is linked to the order that started it (linkorderid = that row's orderid): a copy at
+# another time starts a chain of its own
+SELF_LINKS: dict[str, tuple[str, str]] = {"inputevents": ("linkorderid", "orderid"),
+                                          "procedureevents": ("linkorderid", "orderid")}
+# Rows of one event that a copy at another time takes along (none yet: moving a culture whole under a new
+# micro_specimen_id set its copies, all grown rows, beside the patients' no-growth rows, and the storage judge read
+# out-of-window noise at 0.593 on the 1k card; a moved culture row keeps its specimen id, see README)
+EVENT_GROUPS: dict[str, str] = {}
+LINK_TIMES: dict[str, str] = {"labevents": "charttime", "microbiologyevents": "charttime", "inputevents": "starttime",
+                              "procedureevents": "starttime"}
+
+
 @dataclass(frozen=True)
 class Injection:
     noise: NoiseSpec
@@ -201,17 +216,72 @@ class InjectContext:
         return self.dense_id() is not None and self.dense_id() == self.evidence.id_col
 
     def table_edit(self, rows: tuple[dict[str, Any], ...], anchors: tuple[int, ...],
-                   delete_rowids: tuple[int, ...] = ()) -> TableEdit:
+                   delete_rowids: tuple[int, ...] = (), sources: tuple[dict[str, Any], ...] = ()) -> TableEdit:
         """An edit of the evidence table inserting ``rows`` after base rows ``anchors``. Where the base numbers its
         rows densely (:meth:`dense_id`), each new row carries its anchor's id, which the overlay view renumbers
         around it: a copy that kept its source's id where the evidence id was another column (a specimen's copy
-        keeping its microevent_id) was the only duplicate of a row id, numbered where it did not stand."""
+        keeping its microevent_id) was the only duplicate of a row id, numbered where it did not stand.
+        ``sources``: the base row each new row copies (:meth:`relink`)."""
+        if sources:
+            rows = self.relink(rows, sources)
         dense = self.dense_id()
         if dense is not None:
             start = self._dense_start(dense)
             assert start is not None
             rows = tuple({**r, dense: start + anchor} for r, anchor in zip(rows, anchors))
         return TableEdit(self.evidence.table, delete_rowids, rows, anchors, dense)
+
+    def relink(self, rows: tuple[dict[str, Any], ...], sources: tuple[dict[str, Any], ...]
+               ) -> tuple[dict[str, Any], ...]:
+        """``rows`` with new link ids where a copy left its source's time (:data:`LINK_IDS`, :data:`SELF_LINKS`): a
+        copy a minute or days away from its source is another draw, culture or infusion, and kept its source's
+        ``specimen_id`` (``linkorderid``), an id no base row shares across two times — one query for such ids found
+        out-of-window copies and the extra rows of implausible and missing values (1k `paper` build: 365 laboratory
+        and 356 infusion and procedure rows of noisy twins). Copies of one source id at one new time share the new
+        id, the free value nearest above the source's among the base's; a chain link becomes the copy's own order
+        id."""
+        table = self.evidence.table
+        time_col = LINK_TIMES.get(table)
+        if time_col is None:
+            return rows
+        out: list[dict[str, Any]] = []
+        given: dict[tuple[Any, ...], int] = {}
+        for row, src in zip(rows, sources):
+            if row.get(time_col) == src.get(time_col):
+                out.append(row)
+                continue
+            row = dict(row)
+            for col in LINK_IDS.get(table, ()):
+                if row.get(col) is not None and row.get(col) == src.get(col):
+                    key = (col, row[col], row.get(time_col))
+                    if key not in given:
+                        given[key] = self._free_id(col, int(row[col]), set(given.values()))
+                    row[col] = given[key]
+            if table in SELF_LINKS:
+                link, own = SELF_LINKS[table]
+                if row.get(link) is not None and row.get(link) == src.get(link) and row.get(own) is not None:
+                    row[link] = row[own]
+            out.append(row)
+        return tuple(out)
+
+    def _free_id(self, col: str, near: int, taken: set[Any]) -> int:
+        """The free value of ``col`` nearest above ``near`` among the base's values (below it when none is free up to
+        the table's largest), other than ``taken``."""
+        key = ("link_ids", self.evidence.table, col)
+        if key not in self.max_ids:
+            got = self.con.execute(f"SELECT DISTINCT {col} FROM {self.base}.{table_spec(self.evidence.table).qualified}"
+                                   f" WHERE {col} IS NOT NULL ORDER BY 1").fetchnumpy()[col]
+            self.max_ids[key] = np.asarray(got, dtype=np.int64)
+        known = self.max_ids[key]
+        top = int(known[-1]) if len(known) else near
+        for step in (1, -1):
+            candidate = near + step
+            while (candidate <= top if step > 0 else candidate > 0):
+                at = int(np.searchsorted(known, candidate))
+                if (at >= len(known) or known[at] != candidate) and candidate not in taken:
+                    return candidate
+                candidate += step
+        raise BenchmarkError(f"no free {self.evidence.table}.{col} value near {near}")
 
     def anchor_for(self, row: dict[str, Any], time: Any = None) -> tuple[int, Any]:
         """Where a new row copied from ``row`` (timestamped ``time``) goes in scan order: the base
@@ -272,6 +342,21 @@ class InjectContext:
             row = {n: (int(v) if n == ROWID else to_json_value(v)) for n, v in zip(names, rec)}
             by_id[row[ev.id_col]].append(row)
         return [by_id[i] for i in order if by_id[i]]
+
+    def event_rows(self, row: dict[str, Any]) -> list[dict[str, Any]]:
+        """The base rows of ``row``'s event in scan order, ``row`` among them: its id group (:meth:`id_groups`), else
+        the rows sharing its :data:`EVENT_GROUPS` id (an event moved to another time moves whole), else ``row``
+        alone."""
+        ev = self.evidence
+        if ev.id_col and self._id_is_shared():
+            return self.id_groups([row])[0] or [row]
+        col = EVENT_GROUPS.get(ev.table)
+        if col is None or row.get(col) is None:
+            return [row]
+        names, got = self._read(f"SELECT rowid AS {ROWID}, * FROM {self.base}.{table_spec(ev.table).qualified} "
+                                f"WHERE {col} = {int(row[col])} ORDER BY rowid")
+        rows = [{n: (int(v) if n == ROWID else to_json_value(v)) for n, v in zip(names, rec)} for rec in got]
+        return rows or [row]
 
     def _id_is_shared(self) -> bool:
         """Whether some base rows of the evidence table share an evidence id (cached per table)."""

@@ -21,6 +21,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
+from ehrgym.bench.noise.base import LINK_IDS, LINK_TIMES
 from ehrgym.db.overlay import to_json_value
 from ehrgym.db.schema import table_spec
 
@@ -103,8 +104,9 @@ GROUP_IDS: dict[str, tuple[str, str]] = {"microbiologyevents": ("micro_specimen_
 def incoherent_rows(con: duckdb.DuckDBPyConnection, overlay: Any, base: str = "base",
                     cache: dict[Any, Any] | None = None) -> list[str]:
     """What no base row looks like among the rows ``overlay`` inserts: a category beside a companion value the base
-    never stores with it (:func:`coherent_pairs`), or a new group id (:data:`GROUP_IDS`) whose rows form a group of a
-    shape no base group has. Empty when every inserted row could have been stored by the hospital."""
+    never stores with it (:func:`coherent_pairs`), a link id at a time the base never gives it
+    (:data:`~ehrgym.bench.noise.base.LINK_IDS`: a specimen drawn at two times), or a new group id
+    (:data:`GROUP_IDS`) whose rows form a group of a shape no base group has. Empty when every inserted row could have been stored by the hospital."""
     cache = {} if cache is None else cache
     out: list[str] = []
     for table, edit in overlay.merged().items():
@@ -123,6 +125,19 @@ def incoherent_rows(con: duckdb.DuckDBPyConnection, overlay: Any, base: str = "b
                 pair = (r.get(column), r.get(other))
                 if pair[0] is not None and pair not in cache[key]:
                     out.append(f"{table}: {column}={pair[0]!r} with {other}={pair[1]!r}, which no base row holds")
+        for col in LINK_IDS.get(table, ()):
+            time_col = LINK_TIMES[table]
+            ids = sorted({r[col] for r in rows if r.get(col) is not None})
+            if not ids:
+                continue
+            times: dict[Any, set[str]] = {}
+            for link, stamp in con.execute(f"SELECT DISTINCT {col}, {time_col} FROM {qualified} WHERE {col} IN "
+                                           f"({', '.join('?' for _ in ids)})", ids).fetchall():
+                times.setdefault(link, set()).add(str(to_json_value(stamp)))
+            for r in rows:
+                if r.get(col) in times and str(r.get(time_col)) not in times[r[col]]:
+                    out.append(f"{table}: {col} {r[col]} at {r.get(time_col)}, where the base has it only at "
+                               f"{sorted(times[r[col]])[:2]}")
         if table in GROUP_IDS:
             id_col, filled = GROUP_IDS[table]
             key = ("shapes", table)

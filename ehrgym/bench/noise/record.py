@@ -262,7 +262,7 @@ class OutOfWindow(Injector):
             before, after = moved_before, moved_after
         # the rest of the focus row's specimen (ctx.id_groups) moves with it, in the copy's category
         olds, news = [focus], [(before, after)]
-        for row in ctx.id_groups([focus])[0]:
+        for row in ctx.event_rows(focus):
             if row[ROWID] == focus[ROWID]:
                 continue
             b: dict[str, Any] | None = shift_times(_copy(row), ev.table, -dt.timedelta(days=days_before))
@@ -274,7 +274,9 @@ class OutOfWindow(Injector):
                 return None
             olds.append(row)
             news.append((b, a))
-        members = [p for _, p in sorted(zip([r[ROWID] for r in olds], news), key=lambda x: x[0])]
+        ordered = sorted(zip(olds, news), key=lambda x: x[0][ROWID])
+        members = [p for _, p in ordered]
+        sources = tuple(r for r, _ in ordered)
         places = (ctx.anchor_for(focus, before[ev.time_col]), ctx.anchor_for(focus, after[ev.time_col]))
         if ev.id_col:
             given: set[int] = set()
@@ -283,7 +285,8 @@ class OutOfWindow(Injector):
                 for pair in members:
                     pair[side][ev.id_col] = new_id
         rows_out = tuple(p[0] for p in members) + tuple(p[1] for p in members)
-        edit = ctx.table_edit(rows_out, (places[0][0],) * len(members) + (places[1][0],) * len(members))
+        edit = ctx.table_edit(rows_out, (places[0][0],) * len(members) + (places[1][0],) * len(members),
+                              sources=sources + sources)
         kind, reason = self.expected(ctx.template)
         return Injection(self.spec(Overlay((edit,)), description=(
             f"{len(rows_out)} {ev.table} rows linked to {ev.window.key} {focus.get(ev.window.key)} but timestamped "
@@ -300,23 +303,35 @@ class OutOfWindow(Injector):
             return None
         bounds = cleaning.bounds_for(ev, ctx.params)
         up = ev.extreme != "low"
-        copies, anchors = [], []
+        copies, anchors, sources = [], [], []
         given: set[int] = set()
-        for row in rows[:batch_size(n)]:
+        chosen = rows[:batch_size(n)]
+        picked = {r[ROWID] for r in chosen}
+        moved: dict[int, int] = {}  # an event's first row -> the days it moves (its rows move together)
+        done: set[int] = set()
+        for row in chosen:
             window = ctx.window_of(row)
             if window is None:
                 continue
             days = (window[1] - parse_stamp(row[ev.time_col])).days + 2 + int(ctx.rng.integers(0, 2))
+            event = ctx.event_rows(row)
+            days = moved.setdefault(event[0][ROWID], days)
             c = _set_value(ctx, shift_times(_copy(row), ev.table, dt.timedelta(days=days)),
                            shifted(row[ev.value_col], up, bounds))
-            place = ctx.anchor_for(row, c[ev.time_col])
-            if ev.id_col:
-                c[ev.id_col] = ctx.ids_after(place, 1, given)[0]
-            copies.append(c)
-            anchors.append(place[0])
+            # the event's other rows move along unchanged (those of the batch are moved in their own turn)
+            extra = [(shift_times(_copy(r), ev.table, dt.timedelta(days=days)), r) for r in event
+                     if r[ROWID] != row[ROWID] and r[ROWID] not in picked and r[ROWID] not in done]
+            for new, src in [(c, row), *extra]:
+                place = ctx.anchor_for(src, new[ev.time_col])
+                if ev.id_col:
+                    new[ev.id_col] = ctx.ids_after(place, 1, given)[0]
+                copies.append(new)
+                anchors.append(place[0])
+                sources.append(src)
+                done.add(src[ROWID])
         if not copies:
             return None
-        edit = ctx.table_edit(tuple(copies), tuple(anchors))
+        edit = ctx.table_edit(tuple(copies), tuple(anchors), sources=tuple(sources))
         kind, reason = self.expected(ctx.template)
         return Injection(self.spec(Overlay((edit,)), description=(
             f"{len(copies)} {ev.table} rows linked to their {ev.window.key} but timestamped days after it")),

@@ -66,16 +66,19 @@ def _replace(ctx: InjectContext, row: dict[str, Any], changes: dict[str, Any]) -
 
 def _extra(ctx: InjectContext, row: dict[str, Any], changes: dict[str, Any]) -> TableEdit:
     """A new row next to ``row``: one minute earlier for first-type answers, later otherwise — or, in a series charted
-    on the hour (:func:`_charted_on_the_hour`), at ``row``'s own time, a second entry of that slot."""
+    on the hour (:func:`_charted_on_the_hour`) and in a culture, at ``row``'s own time, a second entry of that slot."""
     ev = ctx.evidence
-    minutes = 0 if _charted_on_the_hour(ctx) else -1 if ev.focus == "first" else 1
+    # a culture's results all carry its collection time: an extra result a minute away was a culture of one
+    # antibiotic (under a new specimen id) or a specimen collected at two times (under its own)
+    same_time = _charted_on_the_hour(ctx) or ev.table == "microbiologyevents"
+    minutes = 0 if same_time else -1 if ev.focus == "first" else 1
     new = shift_times({k: v for k, v in row.items() if k != ROWID}, ev.table, dt.timedelta(minutes=minutes))
     new.update(changes)
     own = ctx.anchor_for(row)
     place = ctx.before(*own) if minutes < 0 else own  # a minute apart: right before / after its source
     if ev.id_col:
         new[ev.id_col] = ctx.ids_after(place, 1)[0]
-    return ctx.table_edit((new,), (place[0],))
+    return ctx.table_edit((new,), (place[0],), sources=(row,))
 
 
 def _charted_on_the_hour(ctx: InjectContext) -> bool:
