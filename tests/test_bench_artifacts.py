@@ -151,9 +151,10 @@ def test_inserted_rows_are_rows_the_hospital_could_store(built, synth_db):
     """A row given another category holds that category's companions as some base row does (an organism under its own
     org_itemid, a DRG description under its own code, a diagnosis code under its own ICD version), and a copied
     specimen is a whole specimen under one new id, and a result copied to another time is another draw (a new
-    specimen id). Before, one query per kind found noisy twins: an organism under another organism's item id, a
-    copy of one susceptibility row as a specimen of its own (no base specimen is one), a specimen drawn at two
-    times."""
+    specimen id; a culture copied whole, in another organism that organism's own culture). Before, one query per kind
+    found noisy twins: an organism under another organism's item id, a copy of one susceptibility row as a specimen of
+    its own (no base specimen is one), a specimen drawn at two times, a culture's store day beside a store time on
+    the next."""
     from collections import Counter
 
     from ehrgym.bench.noise.base import LINK_IDS
@@ -181,10 +182,11 @@ def test_inserted_rows_are_rows_the_hospital_could_store(built, synth_db):
                     exercised["copied specimens"] += 1
                 if table in LINK_IDS and edit.insert_rows and task.noise and task.noise.subtype == "out_of_window":
                     exercised["moved results"] += len(edit.insert_rows)
+                    exercised["moved cultures"] += table == "microbiologyevents"
     con.close()
     assert not breaks, f"{len(breaks)} inserted rows no base row looks like, e.g. {breaks[:3]}"
     assert exercised["category rows"] >= 20 and exercised["copied specimens"] >= 3, exercised
-    assert exercised["moved results"] >= 10, exercised
+    assert exercised["moved results"] >= 10 and exercised["moved cultures"] >= 2, exercised
 
 
 @pytest.mark.parametrize("subtype", [pytest.param(s, marks=pytest.mark.xfail(reason=UNDECIDED[s], strict=False))
@@ -233,6 +235,15 @@ def test_admission_evidence_is_compared_with_inpatient_rows_only():
     # a clinic row among the touched ones (or a table without admissions): every row of the group is comparable
     assert comparison_filter(names, None, inpatient + ({"subject_id": 1, "hadm_id": None},)) == "TRUE"
     assert comparison_filter(("subject_id", "itemid"), None, inpatient) == "TRUE"
+    # a culture's rows of one kind (grown, susceptibility) are compared with the base's rows of that kind
+    micro = ("subject_id", "hadm_id", "org_name", "ab_itemid")
+    grown = ({"subject_id": 1, "hadm_id": 2, "org_name": "E. COLI", "ab_itemid": None},
+             {"subject_id": 1, "hadm_id": 2, "org_name": "E. COLI", "ab_itemid": 90})
+    assert comparison_filter(micro, None, grown, "microbiologyevents") == \
+        "((TRUE AND org_name IS NOT NULL) AND hadm_id IS NOT NULL)"
+    assert comparison_filter(micro, None, grown[1:], "microbiologyevents") == \
+        "(((TRUE AND org_name IS NOT NULL) AND ab_itemid IS NOT NULL) AND hadm_id IS NOT NULL)"
+    assert comparison_filter(micro, None, grown, "labevents") == "(TRUE AND hadm_id IS NOT NULL)"
 
 
 def test_nearest_patients_stand_beside_the_task_in_the_scan():

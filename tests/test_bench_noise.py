@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from pathlib import Path
 
@@ -309,3 +310,18 @@ def test_without_having_drops_only_the_outer_size_bound():
     out = without_having(sql)
     assert "BETWEEN" not in out and "HAVING COUNT(*) > 0" in out.upper()
     assert without_having("SELECT 1 AS y") == "SELECT 1 AS y"
+
+
+def test_moved_and_restored_times_keep_their_day_columns_on_their_day():
+    """A culture keeps each time's day beside it (chartdate = charttime's day at midnight): a copy moved by part of a
+    day, or re-stored 7 minutes later past midnight, must move the day too (no base row has another)."""
+    from ehrgym.bench.noise.values import restamped, shift_times
+
+    row = {"charttime": "2150-03-01 20:03:00", "chartdate": "2150-03-01 00:00:00",
+           "storetime": "2150-03-02 23:58:00", "storedate": "2150-03-02 00:00:00", "org_name": None}
+    moved = shift_times(row, "microbiologyevents", dt.timedelta(days=2, hours=5))
+    assert moved["charttime"] == "2150-03-04 01:03:00" and moved["chartdate"] == "2150-03-04 00:00:00"
+    assert moved["storedate"] == "2150-03-05 00:00:00"
+    assert restamped(row, "storetime", dt.datetime(2150, 3, 3, 0, 5)) == {
+        "storetime": "2150-03-03 00:05:00", "storedate": "2150-03-03 00:00:00"}
+    assert restamped({"charttime": None}, "charttime", dt.datetime(2150, 3, 3)) == {"charttime": "2150-03-03 00:00:00"}

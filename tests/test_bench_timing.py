@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import duckdb
+import numpy as np
 import pytest
 from scipy.stats import spearmanr
 
@@ -159,7 +160,14 @@ def test_real_twins_time_alike_in_cells_with_the_default_limits(tiny, synth_db):
     by_twin = {(r.pair_id, r.noisy): residue(r.best_ms) for r in rows if whole_quanta(r.best_ms)}
     both = sorted({p for p, _ in by_twin if (p, True) in by_twin and (p, False) in by_twin})
     assert len(both) >= len(rows) // 4, (len(both), len(rows))
-    residue_gap = [by_twin[(p, True)] - by_twin[(p, False)] for p in both]
-    cost_gap = [cost[(p.split("#")[0], True)] - cost[(p.split("#")[0], False)] for p in both]
+    # one point per pair (its rounds' residue gaps averaged): the two rounds share a pair's cost gap, and counted
+    # twice they made ~15 independent points look like 30 — a loaded CI run read 0.549 against the 0.5 bar that
+    # quiet runs (-0.09-0.24) stayed far below. Where the quantum failed to hide the cost, the residue gap would be the
+    # cost gap (rank correlation near 1); 0.7 is 2.6 standard deviations of the no-leak correlation over 15 pairs
+    gaps: dict[str, list[float]] = {}
+    for p in both:
+        gaps.setdefault(p.split("#")[0], []).append(by_twin[(p, True)] - by_twin[(p, False)])
+    residue_gap = [float(np.mean(g)) for g in gaps.values()]
+    cost_gap = [cost[(p, True)] - cost[(p, False)] for p in gaps]
     rho = spearmanr(cost_gap, residue_gap).statistic
-    assert rho < 0.5, (rho, sorted(zip(cost_gap, residue_gap)))
+    assert rho < 0.7, (rho, sorted(zip(cost_gap, residue_gap)))

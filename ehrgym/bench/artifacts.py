@@ -153,7 +153,7 @@ def task_rows(session: OverlaySession, task: Task, rng: np.random.Generator, sid
         kind = _content_kind(vcol, ev.text_col if ev.table == table else None, edit.insert_rows) if null_only else None
         if kind and table in RESULT_ROWS:
             kind = f"({kind} AND {RESULT_ROWS[table]})"  # results of the same kind (susceptibilities, not isolates)
-        compare = comparison_filter(names, kind, edit.insert_rows)
+        compare = comparison_filter(names, kind, edit.insert_rows, table)
         # scan order and ids of the whole group (two narrow columns) — or of the window of it around the task's
         # patients (MAX_ROWS_PER_GROUP) — full rows of its patients only
         subject = "subject_id" if "subject_id" in names else "NULL"
@@ -252,14 +252,26 @@ def task_rows(session: OverlaySession, task: Task, rng: np.random.Generator, sid
     return feats, labels, owners
 
 
+ROW_KINDS: dict[str, tuple[str, ...]] = {"microbiologyevents": ("org_name", "ab_itemid")}
+"""Columns whose being filled makes a row of another kind, with cells of its own: a culture's no-growth, organism
+and susceptibility rows. Which kind a noise writes is its content (an out-of-window copy of a positive culture is
+grown rows), not how the overlay stores it: touched rows of one kind are compared with base rows of that kind. Against
+all rows of their test, whole cultures copied out of window read 0.593 on the 1k card, by their empty cells alone."""
+
+
 def comparison_filter(names: list[str] | tuple[str, ...], kind: str | None,
-                      inserted: tuple[dict[str, Any], ...]) -> str:
-    """Which base rows of a group the touched rows are compared with: those of the same content ``kind`` (None: any)
-    and, when every touched row belongs to an admission, inpatient rows only. Clinic results (no ``hadm_id``) are not
-    what an agent sees beside an admission's evidence, and their extra NULL cell would tell the judge which rows a
-    question can be about, not how the overlay stores them (pooled over subtypes, decoy rows of a 200-patient
-    fixture read 0.558 against all rows of their items, 0.490 against inpatient rows)."""
+                      inserted: tuple[dict[str, Any], ...], table: str | None = None) -> str:
+    """Which base rows of a group the touched rows are compared with: those of the same content ``kind`` (None: any),
+    of the same row kind (:data:`ROW_KINDS`) where every touched row is of one, and, when every touched row belongs to
+    an admission, inpatient rows only. Clinic results (no ``hadm_id``) are not what an agent sees beside an
+    admission's evidence, and their extra NULL cell would tell the judge which rows a question can be about, not how
+    the overlay stores them (pooled over subtypes, decoy rows of a 200-patient fixture read 0.558 against all rows
+    of their items, 0.490 against inpatient rows)."""
     compare = kind or "TRUE"
+    for col in ROW_KINDS.get(table or "", ()):
+        filled = {r.get(col) is not None for r in inserted}
+        if col in names and len(filled) == 1:
+            compare = f"({compare} AND {col} IS {'NOT ' if filled.pop() else ''}NULL)"
     if "hadm_id" in names and all(r.get("hadm_id") is not None for r in inserted):
         compare = f"({compare} AND hadm_id IS NOT NULL)"
     return compare

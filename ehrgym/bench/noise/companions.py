@@ -96,17 +96,24 @@ def coherent_pairs() -> list[tuple[str, str, str]]:
             for other in (*tie.shared, *tie.carried) if other not in VALUE_COLUMNS]
 
 
-# Ids the base gives to groups of rows (a specimen's organism and susceptibility rows), with the column whose
-# filled rows make the group's shape: a copied group must have a shape (rows, filled rows) some base group has.
-GROUP_IDS: dict[str, tuple[str, str]] = {"microbiologyevents": ("micro_specimen_id", "ab_itemid")}
+# Ids the base gives to groups of rows (a specimen's organism and susceptibility rows), with the columns whose values
+# over the group's rows make its make-up: a copied group must be made up as some base group is (a culture's organisms,
+# each with its own antibiotic panel; not one susceptibility row, nor one organism's panel under another organism).
+GROUP_IDS: dict[str, tuple[str, tuple[str, ...]]] = {"microbiologyevents": ("micro_specimen_id",
+                                                                           ("org_itemid", "ab_itemid"))}
+
+
+def _make_up(rows: list[tuple[Any, ...]]) -> tuple[tuple[str, ...], ...]:
+    return tuple(sorted(tuple(str(to_json_value(v)) for v in r) for r in rows))
 
 
 def incoherent_rows(con: duckdb.DuckDBPyConnection, overlay: Any, base: str = "base",
                     cache: dict[Any, Any] | None = None) -> list[str]:
     """What no base row looks like among the rows ``overlay`` inserts: a category beside a companion value the base
     never stores with it (:func:`coherent_pairs`), a link id at a time the base never gives it
-    (:data:`~ehrgym.bench.noise.base.LINK_IDS`: a specimen drawn at two times), or a new group id
-    (:data:`GROUP_IDS`) whose rows form a group of a shape no base group has. Empty when every inserted row could have been stored by the hospital."""
+    (:data:`~ehrgym.bench.noise.base.LINK_IDS`: a specimen drawn at two times), a time's day column on another day
+    (``chartdate`` beside ``charttime``), or a new group id (:data:`GROUP_IDS`) whose rows are made up as no base
+    group's are. Empty when every inserted row could have been stored by the hospital."""
     cache = {} if cache is None else cache
     out: list[str] = []
     for table, edit in overlay.merged().items():
@@ -138,22 +145,27 @@ def incoherent_rows(con: duckdb.DuckDBPyConnection, overlay: Any, base: str = "b
                 if r.get(col) in times and str(r.get(time_col)) not in times[r[col]]:
                     out.append(f"{table}: {col} {r[col]} at {r.get(time_col)}, where the base has it only at "
                                f"{sorted(times[r[col]])[:2]}")
+        for name in sorted({c for r in rows for c in r if c.endswith("time")}):
+            day = name[:-4] + "date"
+            for r in rows:
+                if r.get(name) is not None and r.get(day) is not None and str(r[day])[:10] != str(r[name])[:10]:
+                    out.append(f"{table}: {day} {r[day]} beside {name} {r[name]}, another day")
         if table in GROUP_IDS:
-            id_col, filled = GROUP_IDS[table]
-            key = ("shapes", table)
+            id_col, parts = GROUP_IDS[table]
+            key = ("make-ups", table)
             if key not in cache:
                 got = con.execute(f"SELECT list({id_col}) FROM (SELECT DISTINCT {id_col} FROM {qualified})").fetchone()
-                shapes = con.execute(f"SELECT DISTINCT count(*), count({filled}) FROM {qualified} "
-                                     f"WHERE {id_col} IS NOT NULL GROUP BY {id_col}").fetchall()
-                cache[key] = (set(got[0] or []) if got else set(), set(shapes))
-            known, shapes = cache[key]
+                make_ups = con.execute(f"SELECT list(({', '.join(parts)})) FROM {qualified} "
+                                       f"WHERE {id_col} IS NOT NULL GROUP BY {id_col}").fetchall()
+                cache[key] = (set(got[0] or []) if got else set(),
+                              {_make_up([tuple(m) for m in g[0]]) for g in make_ups})
+            known, made = cache[key]
             groups: dict[Any, list[dict[str, Any]]] = {}
             for r in rows:
                 if r.get(id_col) is not None and r[id_col] not in known:
                     groups.setdefault(r[id_col], []).append(r)
             for gid, members in groups.items():
-                shape = (len(members), sum(m.get(filled) is not None for m in members))
-                if shape not in shapes:
-                    out.append(f"{table}: new {id_col} {gid} holds {shape[0]} rows ({shape[1]} with {filled}), "
-                               f"a shape no base {id_col} has")
+                if _make_up([tuple(m.get(p) for p in parts) for m in members]) not in made:
+                    out.append(f"{table}: new {id_col} {gid} holds {len(members)} rows of {parts} made up as no "
+                               f"base {id_col} is")
     return out

@@ -9,10 +9,11 @@ from typing import Any
 import numpy as np
 
 from ehrgym.bench.noise import cleaning
-from ehrgym.bench.noise.base import ROWID, InjectContext, Injection, Injector, batch_size, register_injector
+from ehrgym.bench.noise.base import (EVENT_CATEGORIES, EVENT_GROUPS, EVENT_OWNER, LINK_TIMES, ROWID, InjectContext,
+                                     Injection, Injector, batch_size, register_injector)
 from ehrgym.bench.noise.companions import COMPANIONS, donor
 from ehrgym.bench.noise.teaching import TeachingCard
-from ehrgym.bench.noise.values import (conflicting, derivable, finite, parse_stamp, shift_times,
+from ehrgym.bench.noise.values import (conflicting, derivable, finite, parse_stamp, restamped, shift_times,
                                        shifted, with_value)
 from ehrgym.db.overlay import Overlay, TableEdit
 from ehrgym.db.schema import table_spec
@@ -93,6 +94,41 @@ def _set_category(ctx: InjectContext, row: dict[str, Any], value: Any) -> dict[s
         return out
     step = _base_step(ctx, row, steps, col, lambda x: x == value)
     return {**out, **step} if step is not None else None
+
+
+def _event_of_category(ctx: InjectContext, event: list[dict[str, Any]], value: Any) -> list[dict[str, Any]] | None:
+    """The rows, in scan order, of a base event (:data:`~ehrgym.bench.noise.base.EVENT_GROUPS`) whose category is
+    ``value`` and which agrees with ``event`` on the columns the category shares (:data:`COMPANIONS`: a culture of the
+    same specimen and test) where all of ``event``'s rows agree on them (None: the base has none). Drawn uniformly
+    among the admissions' events: relabelling each row of a culture with another organism kept the first organism's
+    susceptibility panel, which the new one is not tested with."""
+    ev = ctx.evidence
+    col, group = ev.category_col or "", EVENT_GROUPS[ev.table]
+    tie = COMPANIONS.get((ev.table, col))
+    same = [c for c in (tie.shared if tie else ()) if len({str(r.get(c)) for r in event}) == 1]
+    src = f"{ctx.base}.{table_spec(ev.table).qualified}"
+    args = [value, *(event[0].get(c) for c in same)]
+    key = ("events_of", ev.table, col, tuple(same), tuple(map(str, args)))
+    if key not in ctx.max_ids:
+        where = " AND ".join([f"{col} = ?", "hadm_id IS NOT NULL", *(f"{c} IS NOT DISTINCT FROM ?" for c in same)])
+        ctx.max_ids[key] = [r[0] for r in ctx.con.execute(f"SELECT DISTINCT {group} FROM {src} WHERE {where} "
+                                                          f"ORDER BY 1", args).fetchall()]
+    ids = ctx.max_ids[key]
+    if not ids:
+        return None
+    return ctx.event_of(int(ids[int(ctx.rng.integers(0, len(ids)))])) or None
+
+
+def _stood_in(table: str, row: dict[str, Any], like: dict[str, Any]) -> dict[str, Any]:
+    """Base ``row`` of another event standing in for ``like``'s: at ``like``'s time (its own store lag kept), owned
+    by ``like``'s patient, admission and orderer (:data:`~ehrgym.bench.noise.base.EVENT_OWNER`) under ``like``'s
+    event id (which :meth:`~ehrgym.bench.noise.base.InjectContext.relink` renews at another time)."""
+    time_col = LINK_TIMES[table]
+    out = shift_times(_copy(row), table, parse_stamp(like[time_col]) - parse_stamp(row[time_col]))  # days kept
+    for col in (*EVENT_OWNER, EVENT_GROUPS[table]):
+        if col in out:
+            out[col] = like.get(col)
+    return out
 
 
 def _other_category(ctx: InjectContext, row: dict[str, Any]) -> dict[str, Any] | None:
@@ -197,7 +233,7 @@ class DuplicateRecords(Injector):
                 if ev.id_col:
                     c[ev.id_col] = new_id
                 if ev.store_col and c.get(ev.store_col) is not None:
-                    c[ev.store_col] = (parse_stamp(c[ev.store_col]) + dt.timedelta(minutes=7 + i)).isoformat(sep=" ")
+                    c.update(restamped(c, ev.store_col, parse_stamp(c[ev.store_col]) + dt.timedelta(minutes=7 + i)))
                 copies.append(c)
                 anchors.append(last[ROWID])
         k = len(copies)
@@ -260,33 +296,33 @@ class OutOfWindow(Injector):
             if moved_after is None:
                 return None
             before, after = moved_before, moved_after
-        # the rest of the focus row's specimen (ctx.id_groups) moves with it, in the copy's category
-        olds, news = [focus], [(before, after)]
-        for row in ctx.event_rows(focus):
-            if row[ROWID] == focus[ROWID]:
-                continue
-            b: dict[str, Any] | None = shift_times(_copy(row), ev.table, -dt.timedelta(days=days_before))
-            a: dict[str, Any] | None = shift_times(_copy(row), ev.table, dt.timedelta(days=days_after))
-            if ev.category_col and not ev.value_col:
-                b = _set_category(ctx, b or {}, before[ev.category_col])
-                a = _set_category(ctx, a or {}, after[ev.category_col])
-            if b is None or a is None:  # the base never reports the new category with this row's (its antibiotic)
+        # the rest of the focus row's event (its specimen, ctx.event_rows) moves with it; an event of another
+        # category is another base event of that category (its organism's own panel), standing in for this one
+        event = ctx.event_rows(focus)
+        if ev.category_col and len(event) > 1 and ev.category_col in EVENT_CATEGORIES.get(ev.table, ()):
+            culture = _event_of_category(ctx, event, before[ev.category_col])
+            if culture is None:
                 return None
-            olds.append(row)
-            news.append((b, a))
-        ordered = sorted(zip(olds, news), key=lambda x: x[0][ROWID])
-        members = [p for _, p in ordered]
-        sources = tuple(r for r, _ in ordered)
+            sides = ([_stood_in(ev.table, r, before) for r in culture], [_stood_in(ev.table, r, after) for r in culture])
+            sources = (focus,) * len(culture)
+        else:
+            sides = ([before if r[ROWID] == focus[ROWID] else
+                      shift_times(_copy(r), ev.table, -dt.timedelta(days=days_before)) for r in event],
+                     [after if r[ROWID] == focus[ROWID] else
+                      shift_times(_copy(r), ev.table, dt.timedelta(days=days_after)) for r in event])
+            sources = tuple(event)
         places = (ctx.anchor_for(focus, before[ev.time_col]), ctx.anchor_for(focus, after[ev.time_col]))
         if ev.id_col:
             given: set[int] = set()
+            shared = ctx._id_is_shared()  # one id for a copied specimen, else one per row
             for side in (0, 1):
-                new_id = ctx.ids_after(places[side], 1, given)[0]
-                for pair in members:
-                    pair[side][ev.id_col] = new_id
-        rows_out = tuple(p[0] for p in members) + tuple(p[1] for p in members)
-        edit = ctx.table_edit(rows_out, (places[0][0],) * len(members) + (places[1][0],) * len(members),
+                new_ids = ctx.ids_after(places[side], 1 if shared else len(sides[side]), given)
+                for i, r in enumerate(sides[side]):
+                    r[ev.id_col] = new_ids[0 if shared else i]
+        n = len(sources)
+        edit = ctx.table_edit((*sides[0], *sides[1]), (places[0][0],) * n + (places[1][0],) * n,
                               sources=sources + sources)
+        rows_out = edit.insert_rows
         kind, reason = self.expected(ctx.template)
         return Injection(self.spec(Overlay((edit,)), description=(
             f"{len(rows_out)} {ev.table} rows linked to {ev.window.key} {focus.get(ev.window.key)} but timestamped "

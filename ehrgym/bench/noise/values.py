@@ -182,12 +182,28 @@ def number_forms(texts: list[str]) -> list[str]:
 
 
 def shift_times(row: dict[str, Any], table: str, delta: dt.timedelta) -> dict[str, Any]:
-    """A copy of ``row`` with every timestamp column moved by ``delta``."""
+    """A copy of ``row`` with every timestamp column moved by ``delta``, a time's day column (:func:`restamped`) on
+    the moved time's day (moved by part of a day, a culture's ``chartdate`` left midnight)."""
     out = dict(row)
     for col in table_spec(table).columns:
         if col.duckdb_type == "TIMESTAMP" and out.get(col.name) is not None:
             stamp = dt.datetime.fromisoformat(str(out[col.name]))
             out[col.name] = (stamp + delta).isoformat(sep=" ")
+    for name in list(out):
+        if name.endswith("time") and out[name] is not None:
+            out.update(restamped(out, name, parse_stamp(out[name])))
+    return out
+
+
+def restamped(row: dict[str, Any], time_col: str, stamp: dt.datetime) -> dict[str, Any]:
+    """The cells of ``row`` holding ``time_col`` at ``stamp``: the time and, where the row keeps the time's day in a
+    column of its own (``storetime``'s ``storedate``, at midnight), that day. A re-stored copy stored 7 minutes later past
+    midnight kept the day before beside its time, which no base row does (4 microbiology rows of a 1k `paper`
+    build)."""
+    out = {time_col: stamp.isoformat(sep=" ")}
+    day = time_col.replace("time", "date")
+    if day != time_col and row.get(day) is not None:
+        out[day] = dt.datetime.combine(stamp.date(), dt.time()).isoformat(sep=" ")
     return out
 
 
