@@ -98,9 +98,11 @@ def coherent_pairs() -> list[tuple[str, str, str]]:
 
 # Ids the base gives to groups of rows (a specimen's organism and susceptibility rows), with the columns whose values
 # over the group's rows make its make-up: a copied group must be made up as some base group is (a culture's organisms,
-# each with its own antibiotic panel; not one susceptibility row, nor one organism's panel under another organism).
+# each with its own antibiotic panel; not one susceptibility row, nor one organism's panel under another organism; a
+# draw's panel of tests, not one result of it).
 GROUP_IDS: dict[str, tuple[str, tuple[str, ...]]] = {"microbiologyevents": ("micro_specimen_id",
-                                                                           ("org_itemid", "ab_itemid"))}
+                                                                           ("org_itemid", "ab_itemid")),
+                                                     "labevents": ("specimen_id", ("itemid",))}
 
 
 def _make_up(rows: list[tuple[Any, ...]]) -> tuple[tuple[str, ...], ...]:
@@ -155,7 +157,7 @@ def incoherent_rows(con: duckdb.DuckDBPyConnection, overlay: Any, base: str = "b
             key = ("make-ups", table)
             if key not in cache:
                 got = con.execute(f"SELECT list({id_col}) FROM (SELECT DISTINCT {id_col} FROM {qualified})").fetchone()
-                make_ups = con.execute(f"SELECT list(({', '.join(parts)})) FROM {qualified} "
+                make_ups = con.execute(f"SELECT list(row({', '.join(parts)})) FROM {qualified} "
                                        f"WHERE {id_col} IS NOT NULL GROUP BY {id_col}").fetchall()
                 cache[key] = (set(got[0] or []) if got else set(),
                               {_make_up([tuple(m) for m in g[0]]) for g in make_ups})
