@@ -122,17 +122,12 @@ def stray_copy(ctx: DecoyContext) -> Injection | None:
     t = parse_stamp(row[ev.time_col])
     after = {"first": True, "last": False}.get(ev.focus, bool(ctx.rng.integers(0, 2)))
     days = ((end - t).days if after else -((t - start).days)) + (2 + int(ctx.rng.integers(0, 2))) * (1 if after else -1)
-    event = ctx.event_rows(row)  # a culture moves whole (its other rows unchanged), as the noise moves it
-    copies, anchors = [], []
-    given: set[int] = set()
-    for src in event:
-        copy = shift_times({k: v for k, v in src.items() if k != "__rowid"}, ev.table, dt.timedelta(days=days))
-        place = ctx.anchor_for(src, copy[ev.time_col])
-        if ev.id_col:
-            copy[ev.id_col] = ctx.ids_after(place, 1, given)[0]
-        copies.append(copy)
-        anchors.append(place[0])
-    edit = ctx.table_edit(tuple(copies), tuple(anchors), sources=tuple(event))
+    event = ctx.event_rows(row)  # a culture or draw moves whole (its other rows unchanged), as the noise moves it
+    copies = [shift_times({k: v for k, v in src.items() if k != "__rowid"}, ev.table, dt.timedelta(days=days))
+              for src in event]
+    place = ctx.anchor_for(row, copies[0][ev.time_col])  # the event's rows: one patient, one time
+    ctx.give_ids(copies, place, set())
+    edit = ctx.table_edit(tuple(copies), (place[0],) * len(copies), sources=tuple(event))
     side = "after" if after else "before"
     return Injection(INJECTORS["out_of_window"].spec(Overlay((edit,)), description=(
         f"{len(copies)} {ev.table} row(s) linked to {ev.window.key} {row.get(ev.window.key)} but timestamped "

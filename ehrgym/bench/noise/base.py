@@ -381,6 +381,18 @@ class InjectContext:
             self.max_ids[key] = bool(got and got[0])
         return bool(self.max_ids[key])
 
+    def give_ids(self, rows: list[dict[str, Any]], place: tuple[int, Any], taken_by_edit: set[int]) -> None:
+        """Number ``rows``, the copies of one event stored after ``place``, as the base numbers an event's rows: one
+        new evidence id for them all where the base gives one id to several rows (:meth:`_id_is_shared`: a copied
+        specimen), else one each (:meth:`ids_after`)."""
+        ev = self.evidence
+        if not ev.id_col or not rows:
+            return
+        shared = self._id_is_shared()
+        ids = self.ids_after(place, 1 if shared else len(rows), taken_by_edit)
+        for i, row in enumerate(rows):
+            row[ev.id_col] = ids[0 if shared else i]
+
     def ids_after(self, anchor: tuple[int, Any], k: int, taken_by_edit: set[int] | None = None) -> list[int]:
         """Ids for ``k`` new rows following ``anchor`` (see :meth:`anchor_for`), drawn as the base
         draws them.

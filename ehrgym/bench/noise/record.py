@@ -312,13 +312,9 @@ class OutOfWindow(Injector):
                       shift_times(_copy(r), ev.table, dt.timedelta(days=days_after)) for r in event])
             sources = tuple(event)
         places = (ctx.anchor_for(focus, before[ev.time_col]), ctx.anchor_for(focus, after[ev.time_col]))
-        if ev.id_col:
-            given: set[int] = set()
-            shared = ctx._id_is_shared()  # one id for a copied specimen, else one per row
-            for side in (0, 1):
-                new_ids = ctx.ids_after(places[side], 1 if shared else len(sides[side]), given)
-                for i, r in enumerate(sides[side]):
-                    r[ev.id_col] = new_ids[0 if shared else i]
+        given: set[int] = set()
+        for side in (0, 1):
+            ctx.give_ids(sides[side], places[side], given)
         n = len(sources)
         edit = ctx.table_edit((*sides[0], *sides[1]), (places[0][0],) * n + (places[1][0],) * n,
                               sources=sources + sources)
@@ -357,14 +353,13 @@ class OutOfWindow(Injector):
             # the event's other rows move along unchanged (those of the batch are moved in their own turn)
             extra = [(shift_times(_copy(r), ev.table, dt.timedelta(days=days)), r) for r in event
                      if r[ROWID] != row[ROWID] and r[ROWID] not in picked and r[ROWID] not in done]
-            for new, src in [(c, row), *extra]:
-                place = ctx.anchor_for(src, new[ev.time_col])
-                if ev.id_col:
-                    new[ev.id_col] = ctx.ids_after(place, 1, given)[0]
-                copies.append(new)
-                anchors.append(place[0])
-                sources.append(src)
-                done.add(src[ROWID])
+            news = [c, *(new for new, _ in extra)]
+            place = ctx.anchor_for(row, c[ev.time_col])  # the event's rows: one patient, one time
+            ctx.give_ids(news, place, given)
+            copies += news
+            anchors += [place[0]] * len(news)
+            sources += [row, *(src for _, src in extra)]
+            done.update(r[ROWID] for r in (row, *(src for _, src in extra)))
         if not copies:
             return None
         edit = ctx.table_edit(tuple(copies), tuple(anchors), sources=tuple(sources))
